@@ -1,0 +1,53 @@
+# fern: thin wrapper over CMake. `make test` builds and runs every test in a
+# Release build, an ASan+UBSan build and a TSan build.
+JOBS ?= $(shell nproc)
+GEN := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
+CMAKE_COMMON := $(GEN) -DFERN_BUILD_BENCH=ON -DFERN_BUILD_EXAMPLES=ON
+
+.PHONY: all build test test-release test-asan test-tsan demo bench format lint install clean
+
+all: build
+
+build:
+	cmake -S . -B build/release $(CMAKE_COMMON) -DCMAKE_BUILD_TYPE=Release
+	cmake --build build/release -j $(JOBS)
+
+build-asan:
+	cmake -S . -B build/asan $(CMAKE_COMMON) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERN_SANITIZE=address -DFERN_BUILD_BENCH=OFF
+	cmake --build build/asan -j $(JOBS)
+
+build-tsan:
+	cmake -S . -B build/tsan $(CMAKE_COMMON) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERN_SANITIZE=thread -DFERN_BUILD_BENCH=OFF
+	cmake --build build/tsan -j $(JOBS)
+
+test-release: build
+	cd build/release && ctest --output-on-failure -j 2
+
+test-asan: build-asan
+	cd build/asan && ctest --output-on-failure -j 2
+
+test-tsan: build-tsan
+	cd build/tsan && ctest --output-on-failure -j 2
+
+test: test-release test-asan test-tsan test-install
+
+# Install into a scratch prefix and build a program against it, both with
+# pkg-config and with find_package(fern).
+test-install: build
+	sh tests/install/check.sh build/release
+
+demo: build
+	./build/release/examples/tour
+
+bench: build
+	python3 bench/run.py
+
+format:
+	clang-format -i include/fern/*.h src/*.c src/*.h tests/*.cc tests/stress/*.cc examples/*.c bench/*.c
+
+lint:
+	cmake -S . -B build/lint $(GEN) -DCMAKE_EXPORT_COMPILE_COMMANDS=ON -DFERN_BUILD_BENCH=OFF
+	clang-tidy -p build/lint --quiet src/*.c
+
+clean:
+	rm -rf build

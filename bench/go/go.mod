@@ -1,0 +1,3 @@
+module fernbench
+
+go 1.22

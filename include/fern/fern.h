@@ -1,0 +1,312 @@
+/*
+ * fern — green threads for C and C++ on Linux.
+ *
+ * One header, C11, usable from C++. Conventions:
+ *  - Runtime calls return 0 on success or a positive errno value (as pthreads).
+ *  - Times are int64_t nanoseconds on CLOCK_MONOTONIC. A deadline is absolute
+ *    (fern_now_ns() + d); FERN_FOREVER waits without limit.
+ *  - Every blocking call works from a green thread (it parks the green thread,
+ *    the worker runs others) and from a plain OS thread (it blocks that thread).
+ *  - errno is kept per green thread across parks and migrations; C
+ *    thread_local variables belong to the worker (kernel thread) and may change
+ *    under a green thread whenever it blocks or yields. Use fern_key_* instead.
+ *  - Objects (fern_mutex, fern_cond) are valid when zero-initialised.
+ */
+#ifndef FERN_FERN_H
+#define FERN_FERN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FERN_VERSION_MAJOR 0
+#define FERN_VERSION_MINOR 1
+
+/* Wait without a deadline. */
+#define FERN_FOREVER INT64_MAX
+
+/* Stack sizes accepted by fern_attr.stack_size / fern_config.stack_size
+ * (rounded up to the page size). 0 means the default. */
+#define FERN_STACK_MIN ((size_t)16 * 1024)
+#define FERN_STACK_MAX ((size_t)1024 * 1024 * 1024)
+#define FERN_STACK_DEFAULT ((size_t)128 * 1024)
+
+/* Largest number of workers in one cluster. */
+#define FERN_WORKERS_MAX 256u
+
+/* Number of green-thread-local keys that can exist at once. */
+#define FERN_KEYS_MAX 128u
+
+typedef void *(*fern_fn)(void *arg);
+typedef struct fern_thread fern_thread;
+typedef struct fern_cluster fern_cluster;
+
+/* ------------------------------------------------------------------------ */
+/* Runtime                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct fern_config {
+    unsigned workers;  /* workers of the default cluster; 0 = $FERN_WORKERS or one per CPU */
+    size_t stack_size; /* default stack size; 0 = $FERN_STACK_SIZE or FERN_STACK_DEFAULT */
+} fern_config;
+
+/* Start the runtime: the default cluster and its workers. Optional: fern_run
+ * and fern_spawn start it with the defaults when needed.
+ * Returns 0; EBUSY if the runtime is already running; EINVAL if cfg asks for
+ * more than FERN_WORKERS_MAX workers or a stack size outside
+ * [FERN_STACK_MIN, FERN_STACK_MAX] (also for such values in the environment);
+ * EAGAIN/ENOMEM if workers or memory could not be had. */
+int fern_init(const fern_config *cfg);
+
+/* Run fn(arg) as a green thread on the default cluster (starting the runtime
+ * if needed) and wait for it; *ret (if not NULL) receives its result.
+ * Returns 0, or an error of fern_init / fern_spawn; EINVAL if fn is NULL. */
+int fern_run(fern_fn fn, void *arg, void **ret);
+
+/* Stop the runtime: every cluster's workers are stopped and joined, all
+ * memory is released. Call it from a plain thread once your green threads
+ * have finished; threads still parked are destroyed without running (their
+ * key destructors do not run) and are counted in the return value's warning
+ * on stderr. Returns 0; EPERM if called from a green thread; EINVAL if the
+ * runtime is not running. The runtime can be started again afterwards. */
+int fern_shutdown(void);
+
+/* Monotonic clock in nanoseconds. */
+int64_t fern_now_ns(void);
+
+/* ------------------------------------------------------------------------ */
+/* Threads                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct fern_attr {
+    size_t stack_size;     /* 0 = the runtime default */
+    const char *name;      /* copied (first 31 bytes); NULL = no name */
+    fern_cluster *cluster; /* NULL = the current cluster, or the default one */
+    bool detached;         /* true: resources freed at exit, cannot be joined */
+} fern_attr;
+
+/* Create a green thread running fn(arg). Returning from fn ends the thread
+ * with that value as its result. *t receives the handle (may be NULL only
+ * with attr->detached). The stack is bound when the thread first runs.
+ * Returns 0; EINVAL if fn is NULL, t is NULL for a joinable thread, the stack
+ * size is outside [FERN_STACK_MIN, FERN_STACK_MAX] or the cluster is being
+ * destroyed; EAGAIN if stacks or descriptors cannot be had (memory or
+ * mappings exhausted); or an error of fern_init when it starts the runtime. */
+int fern_spawn(fern_thread **t, const fern_attr *attr, fern_fn fn, void *arg);
+
+/* Spawn a detached thread with default attributes. Same errors as fern_spawn. */
+int fern_go(fern_fn fn, void *arg);
+
+/* Wait for t to finish, then release it; *ret (if not NULL) receives its
+ * result. Works from green and plain threads. Returns 0; EINVAL if t is NULL,
+ * detached, already joined, or being joined by someone else; EDEADLK if t is
+ * the calling thread. Joining a handle after it was joined and reused by a
+ * new thread cannot be detected (as with pthreads). */
+int fern_join(fern_thread *t, void **ret);
+
+/* Make t release its resources at exit instead of waiting for a join.
+ * Returns 0; EINVAL if t is NULL, already detached or already joined. */
+int fern_detach(fern_thread *t);
+
+/* Let the other runnable threads of this worker run; the caller goes behind
+ * them. Outside a green thread it calls sched_yield(2). */
+void fern_yield(void);
+
+/* The calling green thread, or NULL from a plain thread. */
+fern_thread *fern_self(void);
+
+/* True when called from a green thread. */
+bool fern_is_green(void);
+
+/* A thread's id: unique, > 0, never reused in the life of the process.
+ * fern_thread_id(NULL) is the id of the calling green thread, 0 from a plain
+ * thread. */
+uint64_t fern_thread_id(const fern_thread *t);
+
+/* Name the calling green thread (first 31 bytes copied).
+ * Returns 0; EINVAL if name is NULL; EPERM from a plain thread. */
+int fern_set_name(const char *name);
+
+/* A thread's name ("" if none); t == NULL means the calling green thread.
+ * The pointer is valid while the thread is. Returns "" from a plain thread. */
+const char *fern_thread_name(const fern_thread *t);
+
+/* End the calling green thread with result ret, as if fn had returned it:
+ * key destructors run, joiners wake. From a plain thread it returns EPERM. */
+int fern_exit(void *ret);
+
+/* Sleep for ns nanoseconds (ns <= 0 returns at once) / until the deadline.
+ * Return 0; EINVAL if the deadline is negative. */
+int fern_sleep_ns(int64_t ns);
+int fern_sleep_until(int64_t deadline_ns);
+
+/* ------------------------------------------------------------------------ */
+/* Green-thread-local storage                                                */
+/* ------------------------------------------------------------------------ */
+
+typedef unsigned fern_key;
+
+/* Create a key; dtor (may be NULL) runs with the value of each thread whose
+ * value is not NULL at its exit (green threads at their end, plain threads at
+ * their pthread exit), up to 4 rounds as pthreads does.
+ * Returns 0; EINVAL if key is NULL; EAGAIN if FERN_KEYS_MAX keys exist. */
+int fern_key_create(fern_key *key, void (*dtor)(void *));
+
+/* Delete a key (no destructor runs). Returns 0; EINVAL for an unknown key. */
+int fern_key_delete(fern_key key);
+
+/* The calling thread's value for key; NULL if unset or key is unknown. */
+void *fern_getspecific(fern_key key);
+
+/* Set the calling thread's value. Returns 0; EINVAL for an unknown key;
+ * ENOMEM if the thread's value table cannot be allocated. */
+int fern_setspecific(fern_key key, const void *value);
+
+/* ------------------------------------------------------------------------ */
+/* Clusters                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Create a cluster of `workers` workers (kernel threads) with its own run
+ * queues. Starts the runtime if needed.
+ * Returns 0; EINVAL if c is NULL or workers is 0 or above FERN_WORKERS_MAX;
+ * EAGAIN/ENOMEM if threads or memory could not be had. */
+int fern_cluster_create(fern_cluster **c, unsigned workers);
+
+/* Stop and join the cluster's workers and free it. Returns 0; EINVAL if c is
+ * NULL or the default cluster; EBUSY if green threads still belong to it
+ * (running, runnable or parked) or the caller runs on it. */
+int fern_cluster_destroy(fern_cluster *c);
+
+/* The default cluster (NULL before the runtime starts). */
+fern_cluster *fern_cluster_default(void);
+
+/* The cluster of the calling green thread; NULL from a plain thread. */
+fern_cluster *fern_current_cluster(void);
+
+/* Number of workers of c. */
+unsigned fern_cluster_workers(const fern_cluster *c);
+
+/* Move the calling green thread to cluster c: it returns running on one of
+ * c's workers. Returns 0 (also when already on c); EINVAL if c is NULL or
+ * being destroyed; EPERM from a plain thread. */
+int fern_migrate(fern_cluster *c);
+
+/* ------------------------------------------------------------------------ */
+/* Mutex and condition variable                                              */
+/* ------------------------------------------------------------------------ */
+
+/* Internal fields: do not touch. A zeroed object is an unlocked mutex /
+ * a condition variable with no waiters. */
+typedef struct fern_waitq {
+    void *head, *tail;
+} fern_waitq;
+
+typedef struct fern_mutex {
+    uint32_t state_;  /* 0 free, 1 locked, 2 locked with waiters */
+    uint32_t lock_;   /* guards waiters_ */
+    void *owner_;     /* holder's identity, for EPERM and fern_dump */
+    fern_waitq waiters_;
+} fern_mutex;
+
+typedef struct fern_cond {
+    uint32_t lock_;
+    uint32_t pad_;
+    fern_waitq waiters_;
+} fern_cond;
+
+#define FERN_MUTEX_INIT {0, 0, NULL, {NULL, NULL}}
+#define FERN_COND_INIT {0, 0, {NULL, NULL}}
+
+/* Initialise (same as zeroing). Return 0; EINVAL if the pointer is NULL. */
+int fern_mutex_init(fern_mutex *m);
+
+/* Return 0; EINVAL if m is NULL; EBUSY if it is locked or has waiters. */
+int fern_mutex_destroy(fern_mutex *m);
+
+/* Lock, parking (green) or blocking (plain) while another holds it.
+ * Return 0; EINVAL if m is NULL; EDEADLK if the caller already holds it. */
+int fern_mutex_lock(fern_mutex *m);
+
+/* Return 0; EBUSY if held (also by the caller); EINVAL if m is NULL. */
+int fern_mutex_trylock(fern_mutex *m);
+
+/* Lock with an absolute deadline. Return 0; ETIMEDOUT if the deadline passed
+ * first (the mutex is then not held); EINVAL if m is NULL or the deadline is
+ * negative; EDEADLK if the caller already holds it. */
+int fern_mutex_timedlock(fern_mutex *m, int64_t deadline_ns);
+
+/* Return 0; EINVAL if m is NULL; EPERM if the caller does not hold it. */
+int fern_mutex_unlock(fern_mutex *m);
+
+/* Initialise (same as zeroing). Return 0; EINVAL if c is NULL. */
+int fern_cond_init(fern_cond *c);
+
+/* Return 0; EINVAL if c is NULL; EBUSY if threads wait on it. */
+int fern_cond_destroy(fern_cond *c);
+
+/* Atomically release m and wait for a signal, then re-acquire m. Wake-ups
+ * can be spurious: wait in a loop on your predicate.
+ * Return 0; EINVAL if c or m is NULL; EPERM if the caller does not hold m. */
+int fern_cond_wait(fern_cond *c, fern_mutex *m);
+
+/* As fern_cond_wait with an absolute deadline. Returns ETIMEDOUT if the
+ * deadline passed first (m is held again either way); EINVAL also for a
+ * negative deadline. */
+int fern_cond_timedwait(fern_cond *c, fern_mutex *m, int64_t deadline_ns);
+
+/* Wake one / every waiter. Return 0; EINVAL if c is NULL. */
+int fern_cond_signal(fern_cond *c);
+int fern_cond_broadcast(fern_cond *c);
+
+/* ------------------------------------------------------------------------ */
+/* Introspection                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* How stacks are protected against overflow (see docs/stacks.md). */
+typedef enum fern_guard_mode {
+    FERN_GUARD_MADVISE = 0, /* MADV_GUARD_INSTALL guard page: no extra mapping */
+    FERN_GUARD_MPROTECT = 1, /* PROT_NONE guard page: two mappings per stack */
+    FERN_GUARD_CANARY = 2,   /* canary word checked at every switch */
+} fern_guard_mode;
+
+/* Like struct stat and stat(2), the struct and the function share a name:
+ * declare `struct fern_stats s;` and call fern_stats(&s). */
+struct fern_stats {
+    uint64_t threads_live;     /* spawned and not yet finished */
+    uint64_t threads_spawned;  /* since the runtime started */
+    uint64_t switches;         /* context switches, all workers */
+    uint64_t steals;           /* successful steals, all workers */
+    uint64_t migrations;       /* fern_migrate calls that moved */
+    uint64_t worker_sleeps;    /* times a worker went to sleep idle */
+    uint32_t clusters;         /* live clusters */
+    uint32_t workers;          /* workers in all clusters */
+    uint64_t stacks_mapped;    /* stack slots carved from slabs */
+    uint64_t stacks_in_use;    /* bound to a live thread */
+    uint64_t stacks_cached;    /* in pools, ready for reuse */
+    uint64_t stack_trims;      /* pooled stacks trimmed (memory returned) */
+    uint64_t stack_bytes_reserved; /* address space reserved for stacks */
+    uint64_t guards_madvise;   /* stacks guarded by MADV_GUARD_INSTALL */
+    uint64_t guards_mprotect;  /* stacks guarded by mprotect */
+    uint64_t guards_canary;    /* stacks protected by a canary only */
+    fern_guard_mode guard_mode; /* what new stack slots get now */
+};
+
+/* Fill *s with counters (read without stopping workers: each is exact, the
+ * set is not one atomic snapshot). Returns 0; EINVAL if s is NULL or the
+ * runtime is not running. */
+int fern_stats(struct fern_stats *s);
+
+/* Print every live thread (id, name, state, what it waits on, cluster) and
+ * every cluster's workers to f. Returns the number of threads printed, or -1
+ * with errno EINVAL if f is NULL or the runtime is not running. */
+int fern_dump(FILE *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FERN_FERN_H */

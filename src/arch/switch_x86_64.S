@@ -1,0 +1,89 @@
+/*
+ * Context switch for x86_64 System V.
+ *
+ * void *fern_ctx_switch(void **save_sp, void *new_sp, void *arg);
+ *
+ * Saves the callee-saved registers (rbp, rbx, r12-r15) plus MXCSR and the x87
+ * control word on the current stack, stores the stack pointer in *save_sp,
+ * loads new_sp and restores the same set from it, then returns `arg` in rax
+ * on the new context. No syscall, no signal-mask work: the signal mask belongs
+ * to the kernel thread, not to the green thread.
+ *
+ * A fresh context (made by ctx_init) has the same frame with the return
+ * address pointing at fern_ctx_entry, rbx = the thread, r12 = the C entry.
+ */
+        .text
+        .globl  fern_ctx_switch
+        .hidden fern_ctx_switch
+        .type   fern_ctx_switch, @function
+        .p2align 4
+fern_ctx_switch:
+        .cfi_startproc
+        pushq   %rbp
+        .cfi_adjust_cfa_offset 8
+        .cfi_rel_offset rbp, 0
+        pushq   %rbx
+        .cfi_adjust_cfa_offset 8
+        .cfi_rel_offset rbx, 0
+        pushq   %r12
+        .cfi_adjust_cfa_offset 8
+        .cfi_rel_offset r12, 0
+        pushq   %r13
+        .cfi_adjust_cfa_offset 8
+        .cfi_rel_offset r13, 0
+        pushq   %r14
+        .cfi_adjust_cfa_offset 8
+        .cfi_rel_offset r14, 0
+        pushq   %r15
+        .cfi_adjust_cfa_offset 8
+        .cfi_rel_offset r15, 0
+        subq    $8, %rsp
+        .cfi_adjust_cfa_offset 8
+        stmxcsr (%rsp)
+        fnstcw  4(%rsp)
+        movq    %rsp, (%rdi)
+        /* From here on rsp is the new context's; its frame has the same shape. */
+        movq    %rsi, %rsp
+        ldmxcsr (%rsp)
+        fldcw   4(%rsp)
+        addq    $8, %rsp
+        .cfi_adjust_cfa_offset -8
+        popq    %r15
+        .cfi_adjust_cfa_offset -8
+        popq    %r14
+        .cfi_adjust_cfa_offset -8
+        popq    %r13
+        .cfi_adjust_cfa_offset -8
+        popq    %r12
+        .cfi_adjust_cfa_offset -8
+        popq    %rbx
+        .cfi_adjust_cfa_offset -8
+        popq    %rbp
+        .cfi_adjust_cfa_offset -8
+        movq    %rdx, %rax
+        ret
+        .cfi_endproc
+        .size   fern_ctx_switch, .-fern_ctx_switch
+
+/*
+ * First code a green thread runs. rax = the `arg` of the switch that started
+ * it, rbx = its fern_thread, r12 = thread_entry. The return address column is
+ * undefined, so gdb, perf and the C++ unwinder stop here: this is the bottom
+ * of the green stack.
+ */
+        .globl  fern_ctx_entry
+        .hidden fern_ctx_entry
+        .type   fern_ctx_entry, @function
+        .p2align 4
+fern_ctx_entry:
+        .cfi_startproc
+        .cfi_undefined rip
+        xorl    %ebp, %ebp
+        movq    %rax, %rdi
+        movq    %rbx, %rsi
+        call    *%r12
+        ud2
+        .cfi_endproc
+        .size   fern_ctx_entry, .-fern_ctx_entry
+
+        .section .note.GNU-stack,"",@progbits

@@ -1,0 +1,165 @@
+/*
+ * Faults and introspection: the stack-overflow report, fern_stats, fern_dump.
+ *
+ * Overflow: each worker runs with an alternate signal stack, and a SIGSEGV /
+ * SIGBUS handler checks whether the faulting address lies in the guard page
+ * of the green thread running on that worker. If so it writes one line to
+ * stderr (id, name, stack size; only async-signal-safe calls) and aborts.
+ * Any other fault goes to the handler that was installed before ours, or
+ * gets the default action.
+ */
+#include "internal.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define ALTSTACK_SIZE (64 * 1024)
+
+static struct sigaction old_segv, old_bus;
+static int installed;
+
+static size_t fmt_u64(char *p, uint64_t v)
+{
+    char tmp[24];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        p[i] = tmp[n - 1 - i];
+    return n;
+}
+
+static size_t fmt_str(char *p, const char *s, size_t max)
+{
+    size_t n = 0;
+    while (n < max && s[n]) {
+        p[n] = s[n];
+        n++;
+    }
+    return n;
+}
+
+void overflow_report(fern_thread *t, const void *addr)
+{
+    char buf[256];
+    size_t n = 0;
+    n += fmt_str(buf + n, "fern: green thread ", 64);
+    n += fmt_u64(buf + n, t->id);
+    n += fmt_str(buf + n, " \"", 4);
+    n += fmt_str(buf + n, t->name, 31);
+    n += fmt_str(buf + n, "\" overflowed its stack of ", 64);
+    n += fmt_u64(buf + n, t->stack ? t->stack->size : 0);
+    n += fmt_str(buf + n, " bytes", 16);
+    if (t->stack && t->stack->guard == FERN_GUARD_CANARY)
+        n += fmt_str(buf + n, " (canary overwritten)", 32);
+    n += fmt_str(buf + n, "; aborting\n", 16);
+    (void)addr;
+    ssize_t r = write(2, buf, n);
+    (void)r;
+    signal(SIGABRT, SIG_DFL);
+    abort();
+}
+
+static void chain(struct sigaction *old, int sig, siginfo_t *si, void *uc)
+{
+    if (old->sa_flags & SA_SIGINFO) {
+        if (old->sa_sigaction) {
+            old->sa_sigaction(sig, si, uc);
+            return;
+        }
+    } else if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN) {
+        old->sa_handler(sig);
+        return;
+    }
+    /* Default action: reinstall it and return; the fault repeats and kills. */
+    signal(sig, SIG_DFL);
+}
+
+static void on_fault(int sig, siginfo_t *si, void *uc)
+{
+    struct worker *w = worker_self();
+    if (w && w->cur && w->cur != &w->g0) {
+        fern_thread *t = w->cur;
+        struct stack *s = t->stack;
+        if (s && stack_in_guard(s, si->si_addr))
+            overflow_report(t, si->si_addr);
+    }
+    chain(sig == SIGBUS ? &old_bus : &old_segv, sig, si, uc);
+}
+
+int signals_install(void)
+{
+    if (installed)
+        return 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGSEGV, &sa, &old_segv) || sigaction(SIGBUS, &sa, &old_bus))
+        return errno;
+    installed = 1;
+    return 0;
+}
+
+int altstack_setup(struct worker *w)
+{
+    void *p = mmap(NULL, ALTSTACK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return errno;
+    stack_t ss = {.ss_sp = p, .ss_size = ALTSTACK_SIZE, .ss_flags = 0};
+    if (sigaltstack(&ss, NULL)) {
+        munmap(p, ALTSTACK_SIZE);
+        return errno;
+    }
+    w->altstack = p;
+    return 0;
+}
+
+void altstack_free(struct worker *w)
+{
+    if (!w->altstack)
+        return;
+    stack_t ss = {.ss_sp = NULL, .ss_size = 0, .ss_flags = SS_DISABLE};
+    sigaltstack(&ss, NULL);
+    munmap(w->altstack, ALTSTACK_SIZE);
+    w->altstack = NULL;
+}
+
+void sched_stats(struct fern_stats *s);
+void sched_dump_clusters(FILE *f);
+int threads_dump(FILE *f);
+
+int fern_stats(struct fern_stats *s)
+{
+    if (!s || !LOAD(&rt.running))
+        return EINVAL;
+    memset(s, 0, sizeof *s);
+    s->threads_live = LOAD_RELAXED(&rt.live);
+    s->threads_spawned = LOAD_RELAXED(&rt.spawned);
+    s->migrations = LOAD_RELAXED(&rt.migrations);
+    sched_stats(s);
+    stack_stats(s);
+    return 0;
+}
+
+int fern_dump(FILE *f)
+{
+    if (!f || !LOAD(&rt.running)) {
+        errno = EINVAL;
+        return -1;
+    }
+    struct fern_stats s;
+    fern_stats(&s);
+    fprintf(f, "fern: %llu live threads, %u clusters, %u workers, stacks %llu mapped / %llu in use\n",
+            (unsigned long long)s.threads_live, s.clusters, s.workers,
+            (unsigned long long)s.stacks_mapped, (unsigned long long)s.stacks_in_use);
+    sched_dump_clusters(f);
+    int n = threads_dump(f);
+    fflush(f);
+    return n;
+}

@@ -1,0 +1,309 @@
+/*
+ * Internal model of fern: who owns what.
+ *
+ *  runtime   one per process (rt): the clusters, stack slabs, descriptor chunks.
+ *  cluster   a set of workers sharing one scheduler: an inbox (multi-producer
+ *            FIFO under a spin lock) and a list of idle workers.
+ *  worker    one kernel thread. Owns a local run queue (ring: owner pushes at
+ *            the tail with a plain store, owner and thieves take from the head
+ *            with a CAS), a private hand-off slot `next`, a timer heap, caches
+ *            of stacks and descriptors, and its idle context `g0` (the kernel
+ *            thread's own stack) that runs the idle loop.
+ *  thread    a green thread: descriptor (struct fern_thread) from a chunk
+ *            allocator, stack bound at first run.
+ *  waiter    one blocked party (green thread or OS thread) on one wait queue
+ *            or timer; woken exactly once by a CAS on its state.
+ *
+ * Park after save (DESIGN invariant 1): a thread never makes itself visible
+ * to other workers before its registers are saved. It names an "after"
+ * action and switches; the next context on the same worker runs the action
+ * (run_after) before anything else.
+ *
+ * All atomics are GCC __atomic builtins on plain fields, because the public
+ * structs (fern_mutex, fern_cond) must be plain C usable from C++.
+ */
+#ifndef FERN_INTERNAL_H
+#define FERN_INTERNAL_H
+
+#pragma GCC visibility push(default)
+#include <fern/fern.h>
+#pragma GCC visibility pop
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define FERN_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FERN_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define FERN_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define FERN_TSAN 1
+#endif
+#endif
+
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+#define LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define LOAD_RELAXED(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#define STORE_RELAXED(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+#define ADD_RELAXED(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
+#define CAS(p, expp, v) \
+    __atomic_compare_exchange_n((p), (expp), (v), false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)
+
+struct worker;
+struct fern_cluster;
+struct stack;
+
+/* ---- spin lock: short critical sections only (queue links, heap) ---- */
+void spin_lock_slow(uint32_t *l);
+static inline void spin_lock(uint32_t *l)
+{
+    if (likely(!__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE)))
+        return;
+    spin_lock_slow(l);
+}
+static inline void spin_unlock(uint32_t *l) { __atomic_store_n(l, 0, __ATOMIC_RELEASE); }
+
+/* ---- futex ---- */
+int futex_wait(uint32_t *addr, uint32_t expect, int64_t deadline_ns);
+void futex_wake(uint32_t *addr, int n);
+
+/* ---- timers (timer.c): per-worker min-heap, fired by the owner ---- */
+struct timer {
+    int64_t deadline;
+    int32_t index;           /* in the heap, -1 when not queued */
+    struct worker *owner;    /* heap it sits in */
+    void (*fire)(struct timer *);
+};
+struct timer_heap {
+    uint32_t lock;
+    uint32_t n, cap;
+    struct timer **v;
+};
+void timer_add(struct worker *w, struct timer *t);
+void timer_cancel(struct timer *t);
+/* Fire expired timers; returns how many fired. */
+int timers_run(struct worker *w, int64_t now);
+/* Earliest deadline, FERN_FOREVER if none. */
+int64_t timers_next(struct worker *w);
+void timers_free(struct worker *w);
+
+/* ---- waiters (wait.c) ---- */
+enum { W_WAITING = 0, W_WOKEN = 1, W_TIMEDOUT = 2 };
+
+struct waiter {
+    uint32_t state;
+    int32_t result;
+    fern_thread *thread;     /* NULL: an OS thread blocked on the futex `state` */
+    struct waiter *next, *prev;
+    fern_waitq *q;           /* queue it is linked in; NULL once unlinked */
+    uint32_t *unlock;        /* spin lock released after park */
+    struct timer timer;
+    void *data;
+};
+
+/* Waiting: the caller holds *lock (or NULL) and has queued wt if it waits on a
+ * queue. Parks/blocks until woken or the deadline passes; *lock is released
+ * once the caller is safely parked. Returns W_WOKEN or W_TIMEDOUT. A timed
+ * out waiter may still be linked on its queue: the caller unlinks it under
+ * the queue's lock (waitq_unlink is a no-op if a waker already did). */
+int waiter_wait(struct waiter *wt, uint32_t *lock, int64_t deadline);
+/* Wake exactly once: returns true if this call won the waiter. */
+bool waiter_wake(struct waiter *wt);
+void waiter_init(struct waiter *wt);
+
+void waitq_push(fern_waitq *q, struct waiter *wt);
+void waitq_unlink(struct waiter *wt);
+/* Pop waiters until one is won (woken); returns true if one was. */
+bool waitq_wake_one(fern_waitq *q);
+int waitq_wake_all(fern_waitq *q);
+static inline bool waitq_empty(const fern_waitq *q) { return q->head == NULL; }
+
+/* ---- stacks (stack.c) ---- */
+/* Header kept in the top bytes of the stack's own memory (that page is
+ * touched by every thread anyway, so the header costs no page of its own). */
+struct stack {
+    char *lo;                /* lowest usable byte (just above the guard) */
+    size_t size;             /* usable bytes */
+    struct stack *next;      /* cache list link */
+    uint8_t cls;             /* size class */
+    uint8_t guard;           /* fern_guard_mode */
+    uint8_t dirty;           /* used since its last trim */
+};
+#define STACK_CANARY 0x5a17e57ac4a21e5aull
+#define STACK_CLASSES 17     /* 16 KiB .. 1 GiB, powers of two */
+#define STACK_HOT 4          /* untrimmed stacks a worker keeps per class */
+#define STACK_CACHE_MAX 256  /* stacks a worker keeps per class */
+#define STACK_KEEP ((size_t)32 * 1024) /* bytes below the top never trimmed */
+
+struct stack_cache {
+    struct stack *hot;       /* LIFO, at most STACK_HOT, untrimmed */
+    struct stack *cold;      /* LIFO, trimmed or waiting for a trim */
+    uint32_t nhot, ncold;
+    uint32_t ndirty_cold;
+};
+
+int stack_class(size_t size, size_t *rounded);
+struct stack *stack_get(struct worker *w, int cls);
+void stack_put(struct worker *w, struct stack *s);
+/* Trim a few cold stacks (idle path). Returns true if work remains. */
+bool stack_trim_some(struct worker *w);
+void stack_cache_flush(struct worker *w);
+int stack_init(void);
+void stack_fini(void);
+bool stack_in_guard(const struct stack *s, const void *addr);
+void stack_stats(struct fern_stats *st);
+extern int stack_starved;     /* a bind failed recently: spawn says EAGAIN */
+
+/* ---- threads (thread.c) ---- */
+enum tstate {            /* for fern_dump */
+    T_NEW = 0, T_RUNNABLE, T_RUNNING, T_PARKED, T_EXITING,
+};
+enum tlife {             /* lifecycle flags, under tlock */
+    L_DETACHED = 1, L_EXITED = 2, L_JOINING = 4,
+};
+enum { A_FREE = 0, A_LIVE = 1 };
+
+struct fern_thread {
+    void *sp;                   /* saved stack pointer (NULL: not started) */
+    struct stack *stack;
+    fern_fn fn;
+    void *arg;
+    void *result;
+    struct fern_cluster *cluster;
+    fern_thread *link;          /* inbox / free list link */
+    int saved_errno;
+    uint32_t tlock;
+    uint32_t life;
+    uint8_t alloc;              /* A_FREE / A_LIVE */
+    uint8_t run_state;          /* enum tstate, relaxed, for fern_dump */
+    uint8_t stack_cls;
+    const char *wait_what;      /* what it is parked on, for fern_dump */
+    const void *wait_obj;
+    struct waiter *joiner;
+    struct keyval *keys;
+    uint64_t id;
+    char name[32];
+#ifdef FERN_ASAN
+    void *asan_fake;
+#endif
+#ifdef FERN_TSAN
+    void *tsan_fiber;
+#endif
+};
+
+/* ---- scheduler (sched.c) ---- */
+#define RUNQ_SIZE 256u
+#define NEXT_STREAK_MAX 32u
+
+typedef void (*after_fn)(struct worker *w, fern_thread *prev, void *arg);
+
+struct worker {
+    /* hot, owner-written */
+    fern_thread *cur;           /* running thread, or &g0 */
+    fern_thread *next;          /* hand-off slot, owner-private */
+    uint32_t next_streak;
+    uint32_t tick;
+    after_fn after;
+    fern_thread *after_prev;
+    void *after_arg;
+    struct fern_cluster *cluster;
+    unsigned index;
+    /* run queue: head taken by CAS (owner and thieves), tail owner-only */
+    uint32_t rq_head __attribute__((aligned(64)));
+    uint32_t rq_tail;
+    fern_thread *rq[RUNQ_SIZE];
+    struct timer_heap timers;
+    /* idle protocol */
+    uint32_t sleep_word;        /* 1 while listed idle; waker stores 0 + wakes */
+    uint32_t idle_listed;       /* under cluster->idle_lock */
+    fern_thread g0;             /* the kernel thread's own context */
+    pthread_t os;
+    void *altstack;
+    uint64_t id_next, id_end;
+    fern_thread *free_threads;  /* descriptor cache */
+    uint32_t nfree_threads;
+    struct stack_cache stacks[STACK_CLASSES];
+    /* counters, written by the owner, read relaxed by fern_stats */
+    uint64_t n_switches, n_steals, n_sleeps;
+#ifdef FERN_ASAN
+    const void *g0_lo;          /* the kernel thread's stack, for ASan switches */
+    size_t g0_size;
+#endif
+};
+
+struct fern_cluster {
+    uint32_t inbox_lock;
+    uint32_t inbox_n;
+    fern_thread *inbox_head, *inbox_tail;
+    uint32_t idle_lock;
+    uint32_t nidle;
+    uint32_t stopping;
+    uint32_t live;              /* threads belonging to the cluster */
+    unsigned nworkers;
+    struct fern_cluster *next_cluster;
+    struct worker *workers[];   /* nworkers pointers */
+};
+
+struct runtime {
+    pthread_mutex_t boot_lock;
+    uint32_t running;
+    struct fern_cluster *dflt;
+    struct fern_cluster *clusters;   /* list, under boot_lock */
+    size_t default_stack;
+    uint64_t next_id;
+    uint64_t spawned, migrations;
+    uint64_t live;
+    /* descriptor chunks */
+    uint32_t chunk_lock;
+    struct thread_chunk *chunks;
+    fern_thread *free_threads;
+    uint32_t nclusters, nworkers;
+};
+extern struct runtime rt;
+
+struct worker *worker_self(void);
+int sched_boot(const fern_config *cfg);
+void sched_park(after_fn fn, void *arg);
+void sched_ready(fern_thread *t);
+void sched_yield_green(void);
+/* The calling thread's identity for mutex ownership: its fern_thread, or a
+ * per-OS-thread token for plain threads. */
+void *self_token(void);
+fern_thread *thread_current(void);
+int cluster_start(struct fern_cluster **out, unsigned nworkers);
+void cluster_stop(struct fern_cluster *c);
+void cluster_wake(struct fern_cluster *c);
+void inbox_push(struct fern_cluster *c, fern_thread *t);
+
+/* thread.c internals used by sched.c */
+fern_thread *thread_alloc(struct worker *w);
+void thread_free(struct worker *w, fern_thread *t);
+void thread_entry(void *from, fern_thread *self) __attribute__((noreturn));
+void threads_fini(uint64_t *abandoned);
+void keys_run_dtors(struct keyval **vals);
+bool stack_bind(struct worker *w, fern_thread *t);
+
+/* arch */
+void *fern_ctx_switch(void **save_sp, void *new_sp, void *arg);
+void fern_ctx_entry(void);
+void *ctx_init(char *top, fern_thread *self);
+
+/* debug.c */
+void overflow_report(fern_thread *t, const void *addr) __attribute__((noreturn));
+int signals_install(void);
+int altstack_setup(struct worker *w);
+void altstack_free(struct worker *w);
+
+#endif

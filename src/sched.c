@@ -1,0 +1,793 @@
+/*
+ * The M:N scheduler: clusters of workers, run queues, switching, idling.
+ *
+ * Where a runnable thread can be:
+ *   - w->next     the hand-off slot of the worker that woke it. Private to the
+ *                 owner: a thread woken by the running one runs next, so a
+ *                 ping-pong stays on one core. NEXT_STREAK_MAX consecutive
+ *                 hand-offs at most, then the local queue gets its turn.
+ *   - w->rq       the local ring. The owner pushes at the tail (plain store +
+ *                 release); the owner pops and thieves steal half from the
+ *                 head with a CAS. Overflow spills half to the cluster inbox.
+ *   - c->inbox    multi-producer FIFO for wake-ups from plain threads, other
+ *                 clusters, migrations and spills. Checked when the local
+ *                 queue is empty and every 61 ticks, so it cannot starve.
+ *
+ * Switching: a thread that stops running (yield, park, exit, migrate) picks
+ * its successor itself and switches straight to it; only when nothing is
+ * runnable locally does it switch to the worker's idle context g0, which
+ * steals, fires timers and sleeps. What must happen after the old context is
+ * saved (requeue it, release a queue lock, free its stack) is left in
+ * w->after and run by the new context (run_after) as its first act.
+ *
+ * No lost wake-ups (DESIGN invariant 3). A worker about to sleep lists itself
+ * idle (nidle++ under idle_lock), issues a full fence, then re-checks the
+ * inbox and every other worker's ring; only if all are empty does it
+ * futex-wait on its sleep_word. A producer that makes work visible to other
+ * workers (inbox push, or a ring push that should run in parallel) issues a
+ * full fence after publishing, then reads nidle; if it is non-zero it pops an
+ * idle worker, clears its sleep_word and futex-wakes it. With both fences,
+ * either the producer sees nidle > 0 (and wakes a worker, which re-checks
+ * everything) or the sleeper's re-check sees the work (store-buffer litmus:
+ * two seq_cst fences forbid both reads missing). The futex compares the word
+ * before sleeping, so a wake between the re-check and the wait is not lost.
+ * Work on the running worker's own ring or hand-off slot needs no wake: that
+ * worker is awake and will run it.
+ *
+ * Timers are fired by their owning worker at ticks and in the idle path; an
+ * idle worker sleeps until its earliest deadline.
+ */
+#include "internal.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef FERN_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+#ifdef FERN_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+#ifdef FERN_VALGRIND
+#include <valgrind/valgrind.h>
+#endif
+
+struct runtime rt = {.boot_lock = PTHREAD_MUTEX_INITIALIZER};
+
+static __thread struct worker *tls_worker __attribute__((tls_model("initial-exec")));
+
+/* DESIGN invariant 4: a green thread can resume on another kernel thread, and
+ * the compiler may keep a TLS address in a register across a call. Every read
+ * of worker-local state goes through this function; the empty asm makes it
+ * impure, so two calls are never merged, and noinline keeps it a call. */
+__attribute__((noinline)) struct worker *worker_self(void)
+{
+    struct worker *w = tls_worker;
+    __asm__ volatile("" : "+r"(w)::"memory");
+    return w;
+}
+
+int64_t fern_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+fern_thread *thread_current(void)
+{
+    struct worker *w = worker_self();
+    if (!w || w->cur == &w->g0)
+        return NULL;
+    return w->cur;
+}
+
+static __thread char plain_token;
+
+void *self_token(void)
+{
+    fern_thread *t = thread_current();
+    return t ? (void *)t : (void *)&plain_token;
+}
+
+/* errno lives at a per-kernel-thread address that glibc declares `const`, so
+ * the compiler may reuse it across a switch: save and restore it in
+ * functions of their own. */
+__attribute__((noinline)) static int errno_save(void) { return errno; }
+__attribute__((noinline)) static void errno_restore(int e) { errno = e; }
+
+/* ------------------------------------------------------------------------ */
+/* Run queues                                                                */
+/* ------------------------------------------------------------------------ */
+
+void inbox_push(struct fern_cluster *c, fern_thread *t)
+{
+    STORE_RELAXED(&t->run_state, T_RUNNABLE);
+    t->link = NULL;
+    spin_lock(&c->inbox_lock);
+    if (c->inbox_tail)
+        c->inbox_tail->link = t;
+    else
+        c->inbox_head = t;
+    c->inbox_tail = t;
+    STORE_RELAXED(&c->inbox_n, c->inbox_n + 1);
+    spin_unlock(&c->inbox_lock);
+}
+
+static void inbox_push_list(struct fern_cluster *c, fern_thread *head, fern_thread *tail, uint32_t n)
+{
+    spin_lock(&c->inbox_lock);
+    if (c->inbox_tail)
+        c->inbox_tail->link = head;
+    else
+        c->inbox_head = head;
+    c->inbox_tail = tail;
+    STORE_RELAXED(&c->inbox_n, c->inbox_n + n);
+    spin_unlock(&c->inbox_lock);
+}
+
+static fern_thread *inbox_pop(struct fern_cluster *c)
+{
+    if (LOAD_RELAXED(&c->inbox_n) == 0)
+        return NULL;
+    spin_lock(&c->inbox_lock);
+    fern_thread *t = c->inbox_head;
+    if (t) {
+        c->inbox_head = t->link;
+        if (!c->inbox_head)
+            c->inbox_tail = NULL;
+        STORE_RELAXED(&c->inbox_n, c->inbox_n - 1);
+    }
+    spin_unlock(&c->inbox_lock);
+    return t;
+}
+
+/* Move half of a full ring plus t to the inbox, so a burst of spawns does not
+ * stay on one worker. */
+static void runq_spill(struct worker *w, fern_thread *t, uint32_t head)
+{
+    uint32_t n = RUNQ_SIZE / 2;
+    fern_thread *batch[RUNQ_SIZE / 2 + 1];
+    for (uint32_t i = 0; i < n; i++)
+        batch[i] = LOAD_RELAXED(&w->rq[(head + i) % RUNQ_SIZE]);
+    if (!CAS(&w->rq_head, &head, head + n)) {
+        /* A thief took some meanwhile: the ring has room now. */
+        uint32_t tail = w->rq_tail;
+        STORE_RELAXED(&w->rq[tail % RUNQ_SIZE], t);
+        STORE(&w->rq_tail, tail + 1);
+        return;
+    }
+    batch[n] = t;
+    for (uint32_t i = 0; i < n; i++)
+        batch[i]->link = batch[i + 1];
+    t->link = NULL;
+    inbox_push_list(w->cluster, batch[0], t, n + 1);
+    cluster_wake(w->cluster);
+}
+
+static inline void runq_put(struct worker *w, fern_thread *t)
+{
+    STORE_RELAXED(&t->run_state, T_RUNNABLE);
+    for (;;) {
+        uint32_t head = LOAD(&w->rq_head);
+        uint32_t tail = w->rq_tail;
+        if (likely(tail - head < RUNQ_SIZE)) {
+            STORE_RELAXED(&w->rq[tail % RUNQ_SIZE], t);
+            STORE(&w->rq_tail, tail + 1);
+            return;
+        }
+        runq_spill(w, t, head);
+        return;
+    }
+}
+
+static inline fern_thread *runq_get(struct worker *w)
+{
+    for (;;) {
+        uint32_t head = LOAD(&w->rq_head);
+        uint32_t tail = w->rq_tail;
+        if (head == tail)
+            return NULL;
+        fern_thread *t = LOAD_RELAXED(&w->rq[head % RUNQ_SIZE]);
+        if (CAS(&w->rq_head, &head, head + 1))
+            return t;
+    }
+}
+
+static inline bool runq_empty(struct worker *w)
+{
+    return LOAD(&w->rq_head) == LOAD(&w->rq_tail);
+}
+
+/* Steal half of victim's ring into w's (empty) ring; returns one to run. */
+static fern_thread *runq_steal(struct worker *w, struct worker *v)
+{
+    for (;;) {
+        uint32_t head = LOAD(&v->rq_head);
+        uint32_t tail = LOAD(&v->rq_tail);
+        uint32_t n = tail - head;
+        if (n == 0 || n > RUNQ_SIZE)
+            return NULL; /* empty, or a torn read: retry later */
+        n -= n / 2;
+        uint32_t mytail = w->rq_tail;
+        for (uint32_t i = 0; i < n; i++)
+            STORE_RELAXED(&w->rq[(mytail + i) % RUNQ_SIZE],
+                          LOAD_RELAXED(&v->rq[(head + i) % RUNQ_SIZE]));
+        if (!CAS(&v->rq_head, &head, head + n))
+            continue;
+        n--;
+        fern_thread *t = LOAD_RELAXED(&w->rq[(mytail + n) % RUNQ_SIZE]);
+        if (n)
+            STORE(&w->rq_tail, mytail + n);
+        STORE_RELAXED(&w->n_steals, w->n_steals + 1);
+        return t;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Idle workers                                                              */
+/* ------------------------------------------------------------------------ */
+
+void cluster_wake(struct fern_cluster *c)
+{
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (LOAD_RELAXED(&c->nidle) == 0)
+        return;
+    struct worker *pick = NULL;
+    spin_lock(&c->idle_lock);
+    for (unsigned i = 0; i < c->nworkers; i++) {
+        struct worker *v = c->workers[i];
+        if (v->idle_listed) {
+            v->idle_listed = 0;
+            STORE_RELAXED(&c->nidle, c->nidle - 1);
+            STORE(&v->sleep_word, 0);
+            pick = v;
+            break;
+        }
+    }
+    spin_unlock(&c->idle_lock);
+    if (pick)
+        futex_wake(&pick->sleep_word, 1);
+}
+
+static void cluster_wake_all(struct fern_cluster *c)
+{
+    spin_lock(&c->idle_lock);
+    for (unsigned i = 0; i < c->nworkers; i++) {
+        struct worker *v = c->workers[i];
+        if (v->idle_listed) {
+            v->idle_listed = 0;
+            STORE_RELAXED(&c->nidle, c->nidle - 1);
+        }
+        STORE(&v->sleep_word, 0);
+        futex_wake(&v->sleep_word, 1);
+    }
+    spin_unlock(&c->idle_lock);
+}
+
+static bool cluster_has_work(struct worker *w)
+{
+    struct fern_cluster *c = w->cluster;
+    if (LOAD_RELAXED(&c->inbox_n) || LOAD_RELAXED(&c->stopping))
+        return true;
+    for (unsigned i = 0; i < c->nworkers; i++)
+        if (!runq_empty(c->workers[i]))
+            return true;
+    return false;
+}
+
+static void worker_sleep(struct worker *w)
+{
+    struct fern_cluster *c = w->cluster;
+    spin_lock(&c->idle_lock);
+    w->idle_listed = 1;
+    STORE_RELAXED(&w->sleep_word, 1);
+    STORE_RELAXED(&c->nidle, c->nidle + 1);
+    spin_unlock(&c->idle_lock);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (!cluster_has_work(w) && !stack_trim_some(w)) {
+        int64_t deadline = timers_next(w);
+        STORE_RELAXED(&w->n_sleeps, w->n_sleeps + 1);
+        futex_wait(&w->sleep_word, 1, deadline);
+    }
+    spin_lock(&c->idle_lock);
+    if (w->idle_listed) {
+        w->idle_listed = 0;
+        STORE_RELAXED(&c->nidle, c->nidle - 1);
+    }
+    spin_unlock(&c->idle_lock);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Switching                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static inline void run_after(struct worker *w)
+{
+    after_fn fn = w->after;
+    if (fn) {
+        w->after = NULL;
+        fn(w, w->after_prev, w->after_arg);
+    }
+}
+
+/* Pick the next thread to run without blocking; NULL if none. */
+static fern_thread *pick_next(struct worker *w)
+{
+    fern_thread *t;
+    uint32_t tick = ++w->tick;
+    if (unlikely(tick % 61 == 0)) {
+        if (LOAD_RELAXED(&w->timers.n))
+            timers_run(w, fern_now_ns());
+        if ((t = inbox_pop(w->cluster)) != NULL)
+            return t;
+    }
+    if (w->next && w->next_streak < NEXT_STREAK_MAX) {
+        t = w->next;
+        w->next = NULL;
+        w->next_streak++;
+        return t;
+    }
+    w->next_streak = 0;
+    if ((t = runq_get(w)) != NULL)
+        return t;
+    if (w->next) {
+        t = w->next;
+        w->next = NULL;
+        return t;
+    }
+    return inbox_pop(w->cluster);
+}
+
+/* Switch from cur to next on w. Returns on cur's context when it is resumed,
+ * possibly on another worker. `dying` marks a context that never resumes. */
+static void switch_to(struct worker *w, fern_thread *cur, fern_thread *next, bool dying)
+{
+    if (cur->stack && cur->stack->guard == FERN_GUARD_CANARY &&
+        *(uint64_t *)cur->stack->lo != STACK_CANARY)
+        overflow_report(cur, cur->stack->lo);
+    cur->saved_errno = errno_save();
+    w->cur = next;
+    STORE_RELAXED(&next->run_state, T_RUNNING);
+    STORE_RELAXED(&w->n_switches, w->n_switches + 1);
+#ifdef FERN_TSAN
+    __tsan_switch_to_fiber(next->tsan_fiber, 0);
+#endif
+#ifdef FERN_ASAN
+    if (next == &w->g0)
+        __sanitizer_start_switch_fiber(dying ? NULL : &cur->asan_fake, w->g0_lo, w->g0_size);
+    else
+        __sanitizer_start_switch_fiber(dying ? NULL : &cur->asan_fake, next->stack->lo,
+                                       next->stack->size);
+#endif
+    fern_ctx_switch(&cur->sp, next->sp, NULL);
+#ifdef FERN_ASAN
+    {
+        const void *ob;
+        size_t os;
+        __sanitizer_finish_switch_fiber(cur->asan_fake, &ob, &os);
+    }
+#endif
+    w = worker_self();
+    run_after(w);
+    errno_restore(cur->saved_errno);
+}
+
+/* Give up the CPU: run `fn(arg)` after the switch, then whatever is next. */
+void sched_park(after_fn fn, void *arg)
+{
+    struct worker *w = worker_self();
+    fern_thread *cur = w->cur;
+    fern_thread *next;
+    STORE_RELAXED(&cur->run_state, T_PARKED);
+    w->after = fn;
+    w->after_prev = cur;
+    w->after_arg = arg;
+    while ((next = pick_next(w)) != NULL && !next->sp && !stack_bind(w, next))
+        ;
+    switch_to(w, cur, next ? next : &w->g0, false);
+}
+
+/* Exit path: never returns. */
+void sched_exit(after_fn fn, void *arg) __attribute__((noreturn));
+void sched_exit(after_fn fn, void *arg)
+{
+    struct worker *w = worker_self();
+    fern_thread *cur = w->cur;
+    fern_thread *next;
+    STORE_RELAXED(&cur->run_state, T_EXITING);
+    w->after = fn;
+    w->after_prev = cur;
+    w->after_arg = arg;
+    while ((next = pick_next(w)) != NULL && !next->sp && !stack_bind(w, next))
+        ;
+    switch_to(w, cur, next ? next : &w->g0, true);
+    __builtin_unreachable();
+}
+
+static void after_requeue(struct worker *w, fern_thread *prev, void *arg)
+{
+    runq_put(w, prev);
+}
+
+void sched_yield_green(void)
+{
+    struct worker *w = worker_self();
+    fern_thread *cur = w->cur;
+    fern_thread *next;
+    while ((next = pick_next(w)) != NULL && !next->sp && !stack_bind(w, next))
+        ;
+    if (!next)
+        return; /* alone on this worker */
+    w->after = after_requeue;
+    w->after_prev = cur;
+    w->after_arg = NULL;
+    STORE_RELAXED(&cur->run_state, T_RUNNABLE);
+    switch_to(w, cur, next, false);
+}
+
+void sched_ready(fern_thread *t)
+{
+    struct worker *w = worker_self();
+    if (w && w->cluster == t->cluster) {
+        STORE_RELAXED(&t->run_state, T_RUNNABLE);
+        if (w->next) {
+            runq_put(w, w->next);
+            if (LOAD_RELAXED(&w->cluster->nidle))
+                cluster_wake(w->cluster);
+        }
+        w->next = t;
+        return;
+    }
+    inbox_push(t->cluster, t);
+    cluster_wake(t->cluster);
+}
+
+/* A new thread: onto this worker's ring if it belongs here (and wake an idle
+ * worker to steal it), else the cluster's inbox. */
+void sched_spawned(fern_thread *t)
+{
+    struct worker *w = worker_self();
+    if (w && w->cluster == t->cluster && w->cur != &w->g0) {
+        runq_put(w, t);
+        if (LOAD_RELAXED(&w->cluster->nidle))
+            cluster_wake(w->cluster);
+        return;
+    }
+    inbox_push(t->cluster, t);
+    cluster_wake(t->cluster);
+}
+
+static void after_migrate(struct worker *w, fern_thread *prev, void *arg)
+{
+    struct fern_cluster *c = arg;
+    inbox_push(c, prev);
+    cluster_wake(c);
+}
+
+int fern_migrate(fern_cluster *c)
+{
+    fern_thread *self = thread_current();
+    if (!self)
+        return EPERM;
+    if (!c || LOAD(&c->stopping))
+        return EINVAL;
+    if (self->cluster == c)
+        return 0;
+    ADD_RELAXED(&c->live, 1);
+    __atomic_fetch_sub(&self->cluster->live, 1, __ATOMIC_RELEASE);
+    self->cluster = c;
+    ADD_RELAXED(&rt.migrations, 1);
+    sched_park(after_migrate, c);
+    return 0;
+}
+
+void fern_yield(void)
+{
+    if (thread_current())
+        sched_yield_green();
+    else
+        sched_yield();
+}
+
+/* ------------------------------------------------------------------------ */
+/* Workers                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static fern_thread *find_work(struct worker *w)
+{
+    struct fern_cluster *c = w->cluster;
+    for (;;) {
+        fern_thread *t;
+        run_after(w);
+        if (LOAD(&c->stopping))
+            return NULL;
+        if (LOAD_RELAXED(&w->timers.n) && timers_run(w, fern_now_ns()))
+            continue;
+        if ((t = pick_next(w)) != NULL)
+            return t;
+        for (unsigned i = 1; i < c->nworkers; i++) {
+            struct worker *v = c->workers[(w->index + i) % c->nworkers];
+            if ((t = runq_steal(w, v)) != NULL)
+                return t;
+        }
+        worker_sleep(w);
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    tls_worker = w;
+    w->cur = &w->g0;
+    altstack_setup(w);
+#ifdef FERN_TSAN
+    w->g0.tsan_fiber = __tsan_get_current_fiber();
+#endif
+#ifdef FERN_ASAN
+    {
+        pthread_attr_t a;
+        void *addr;
+        size_t sz;
+        pthread_getattr_np(pthread_self(), &a);
+        pthread_attr_getstack(&a, &addr, &sz);
+        pthread_attr_destroy(&a);
+        w->g0_lo = addr;
+        w->g0_size = sz;
+    }
+#endif
+    for (;;) {
+        fern_thread *t = find_work(w);
+        if (!t)
+            break;
+        if (!t->sp && !stack_bind(w, t))
+            continue;
+        switch_to(w, &w->g0, t, false);
+    }
+    run_after(w);
+    stack_cache_flush(w);
+    altstack_free(w);
+    tls_worker = NULL;
+    return NULL;
+}
+
+int cluster_start(struct fern_cluster **out, unsigned n)
+{
+    struct fern_cluster *c = calloc(1, sizeof *c + n * sizeof(struct worker *));
+    if (!c)
+        return ENOMEM;
+    c->nworkers = n;
+    for (unsigned i = 0; i < n; i++) {
+        struct worker *w;
+        if (posix_memalign((void **)&w, 64, sizeof *w)) {
+            for (unsigned j = 0; j < i; j++)
+                free(c->workers[j]);
+            free(c);
+            return ENOMEM;
+        }
+        memset(w, 0, sizeof *w);
+        w->cluster = c;
+        w->index = i;
+        w->g0.alloc = A_LIVE;
+        c->workers[i] = w;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setstacksize(&a, 256 * 1024);
+        int r = pthread_create(&c->workers[i]->os, &a, worker_main, c->workers[i]);
+        pthread_attr_destroy(&a);
+        if (r) {
+            STORE(&c->stopping, 1);
+            cluster_wake_all(c);
+            for (unsigned j = 0; j < i; j++)
+                pthread_join(c->workers[j]->os, NULL);
+            for (unsigned j = 0; j < n; j++)
+                free(c->workers[j]);
+            free(c);
+            return EAGAIN;
+        }
+    }
+    pthread_mutex_lock(&rt.boot_lock);
+    c->next_cluster = rt.clusters;
+    rt.clusters = c;
+    rt.nclusters++;
+    rt.nworkers += n;
+    pthread_mutex_unlock(&rt.boot_lock);
+    *out = c;
+    return 0;
+}
+
+/* Stop and join c's workers and free it. Caller checked it is unused. */
+void cluster_stop(struct fern_cluster *c)
+{
+    STORE(&c->stopping, 1);
+    cluster_wake_all(c);
+    for (unsigned i = 0; i < c->nworkers; i++)
+        pthread_join(c->workers[i]->os, NULL);
+    pthread_mutex_lock(&rt.boot_lock);
+    for (struct fern_cluster **p = &rt.clusters; *p; p = &(*p)->next_cluster)
+        if (*p == c) {
+            *p = c->next_cluster;
+            break;
+        }
+    rt.nclusters--;
+    rt.nworkers -= c->nworkers;
+    pthread_mutex_unlock(&rt.boot_lock);
+    for (unsigned i = 0; i < c->nworkers; i++) {
+        timers_free(c->workers[i]);
+        free(c->workers[i]);
+    }
+    free(c);
+}
+
+int fern_cluster_create(fern_cluster **c, unsigned workers)
+{
+    if (!c || workers == 0 || workers > FERN_WORKERS_MAX)
+        return EINVAL;
+    int r = fern_init(NULL);
+    if (r && r != EBUSY)
+        return r;
+    return cluster_start(c, workers);
+}
+
+int fern_cluster_destroy(fern_cluster *c)
+{
+    if (!c || c == rt.dflt)
+        return EINVAL;
+    struct worker *w = worker_self();
+    if (w && w->cluster == c)
+        return EBUSY;
+    if (LOAD(&c->live) != 0)
+        return EBUSY;
+    cluster_stop(c);
+    return 0;
+}
+
+fern_cluster *fern_cluster_default(void) { return LOAD(&rt.running) ? rt.dflt : NULL; }
+
+fern_cluster *fern_current_cluster(void)
+{
+    fern_thread *t = thread_current();
+    return t ? t->cluster : NULL;
+}
+
+unsigned fern_cluster_workers(const fern_cluster *c) { return c ? c->nworkers : 0; }
+
+static int env_number(const char *name, unsigned long long *out)
+{
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return 0;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || s[0] == '-')
+        return EINVAL;
+    *out = v;
+    return 0;
+}
+
+int fern_init(const fern_config *cfg)
+{
+    fern_config c = cfg ? *cfg : (fern_config){0, 0};
+    unsigned long long v = 0;
+    if (c.workers == 0) {
+        if (env_number("FERN_WORKERS", &v))
+            return EINVAL;
+        c.workers = v ? (v > FERN_WORKERS_MAX ? FERN_WORKERS_MAX + 1 : (unsigned)v) : 0;
+        if (c.workers == 0) {
+            long n = sysconf(_SC_NPROCESSORS_ONLN);
+            c.workers = n > 0 ? (unsigned)(n > FERN_WORKERS_MAX ? FERN_WORKERS_MAX : n) : 1;
+        }
+    }
+    if (c.workers > FERN_WORKERS_MAX)
+        return EINVAL;
+    if (c.stack_size == 0) {
+        v = 0;
+        if (env_number("FERN_STACK_SIZE", &v))
+            return EINVAL;
+        c.stack_size = v ? (size_t)v : FERN_STACK_DEFAULT;
+    }
+    size_t rounded;
+    if (stack_class(c.stack_size, &rounded) < 0)
+        return EINVAL;
+
+    pthread_mutex_lock(&rt.boot_lock);
+    if (rt.running) {
+        pthread_mutex_unlock(&rt.boot_lock);
+        return EBUSY;
+    }
+    int r = stack_init();
+    if (r == 0)
+        r = signals_install();
+    rt.default_stack = c.stack_size;
+    pthread_mutex_unlock(&rt.boot_lock);
+    if (r)
+        return r;
+    struct fern_cluster *d;
+    r = cluster_start(&d, c.workers);
+    if (r) {
+        stack_fini();
+        return r;
+    }
+    pthread_mutex_lock(&rt.boot_lock);
+    rt.dflt = d;
+    STORE(&rt.running, 1);
+    pthread_mutex_unlock(&rt.boot_lock);
+    return 0;
+}
+
+int fern_shutdown(void)
+{
+    if (thread_current() || worker_self())
+        return EPERM;
+    pthread_mutex_lock(&rt.boot_lock);
+    if (!rt.running) {
+        pthread_mutex_unlock(&rt.boot_lock);
+        return EINVAL;
+    }
+    STORE(&rt.running, 0);
+    pthread_mutex_unlock(&rt.boot_lock);
+    for (;;) {
+        pthread_mutex_lock(&rt.boot_lock);
+        struct fern_cluster *c = rt.clusters;
+        pthread_mutex_unlock(&rt.boot_lock);
+        if (!c)
+            break;
+        cluster_stop(c);
+    }
+    uint64_t abandoned = 0;
+    threads_fini(&abandoned);
+    stack_fini();
+    if (abandoned)
+        fprintf(stderr, "fern: shutdown destroyed %llu green thread(s) that had not finished\n",
+                (unsigned long long)abandoned);
+    pthread_mutex_lock(&rt.boot_lock);
+    rt.dflt = NULL;
+    rt.live = 0;
+    stack_starved = 0;
+    pthread_mutex_unlock(&rt.boot_lock);
+    return 0;
+}
+
+void sched_stats(struct fern_stats *s)
+{
+    pthread_mutex_lock(&rt.boot_lock);
+    for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster) {
+        s->clusters++;
+        for (unsigned i = 0; i < c->nworkers; i++) {
+            struct worker *w = c->workers[i];
+            s->workers++;
+            s->switches += LOAD_RELAXED(&w->n_switches);
+            s->steals += LOAD_RELAXED(&w->n_steals);
+            s->worker_sleeps += LOAD_RELAXED(&w->n_sleeps);
+        }
+    }
+    pthread_mutex_unlock(&rt.boot_lock);
+}
+
+void sched_dump_clusters(FILE *f)
+{
+    pthread_mutex_lock(&rt.boot_lock);
+    for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster) {
+        fprintf(f, "cluster %p%s: %u workers, %u idle, %u threads, inbox %u\n", (void *)c,
+                c == rt.dflt ? " (default)" : "", c->nworkers, LOAD_RELAXED(&c->nidle),
+                LOAD_RELAXED(&c->live), LOAD_RELAXED(&c->inbox_n));
+        for (unsigned i = 0; i < c->nworkers; i++) {
+            struct worker *w = c->workers[i];
+            uint32_t q = LOAD_RELAXED(&w->rq_tail) - LOAD_RELAXED(&w->rq_head);
+            fprintf(f, "  worker %u: runq %u, timers %u, switches %llu, steals %llu, sleeps %llu\n",
+                    i, q, LOAD_RELAXED(&w->timers.n),
+                    (unsigned long long)LOAD_RELAXED(&w->n_switches),
+                    (unsigned long long)LOAD_RELAXED(&w->n_steals),
+                    (unsigned long long)LOAD_RELAXED(&w->n_sleeps));
+        }
+    }
+    pthread_mutex_unlock(&rt.boot_lock);
+}
+
+void sched_after_switch(void) { run_after(worker_self()); }

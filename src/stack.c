@@ -1,0 +1,462 @@
+/*
+ * Stacks: reserved address space, committed on touch, guarded, pooled,
+ * trimmed, bound late.
+ *
+ * Slabs. Stacks are carved from large MAP_NORESERVE|MAP_ANONYMOUS slabs, one
+ * size class (a power of two from 16 KiB to 1 GiB) per slab; a slot is a
+ * guard page followed by the stack. Nothing is committed until touched, and
+ * MADV_NOHUGEPAGE keeps transparent huge pages from turning a one-page stack
+ * into 2 MiB. A slab is one mapping, so a million stacks cost a few thousand
+ * mappings, far below vm.max_map_count (65530 by default).
+ *
+ * Guards, best first (fern_stats says which each stack got):
+ *  1. MADV_GUARD_INSTALL (Linux 6.13+): a guard marker inside the slab's
+ *     mapping: faults on access, costs no mapping and no memory.
+ *  2. mprotect(PROT_NONE) on the guard page: splits the mapping, two mappings
+ *     per stack, so only GUARD_BUDGET stacks get one (well under the limit,
+ *     leaving room for the program's own mappings).
+ *  3. Beyond the budget: a canary word at the stack's lowest address, checked
+ *     at every switch away from the thread. An overflow is then caught late
+ *     (at the thread's next switch) and may already have corrupted the
+ *     neighbouring slot; writing the canary also commits the stack's lowest
+ *     page (4 KiB more per stack).
+ * FERN_GUARD=mprotect|canary forces a weaker mode (for tests and for kernels
+ * that misreport); FERN_GUARD_BUDGET sets the mprotect budget.
+ *
+ * Pool. Each worker caches freed stacks per class: a few "hot" ones (most
+ * recently freed, LIFO, never trimmed, so a burst of short threads reuses
+ * stacks whose pages are already committed and in cache) and "cold" ones. A
+ * stack that falls from hot to cold is trimmed (MADV_DONTNEED of all but its
+ * top STACK_KEEP bytes) when the worker next goes idle, so one deep call does
+ * not pin memory forever; trimming is never on the spawn/exit path. Beyond
+ * STACK_CACHE_MAX a worker hands stacks to the global per-class lists.
+ *
+ * Late binding: a thread gets its stack when it first runs (stack_bind),
+ * from the cache of the worker that runs it.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#ifdef FERN_VALGRIND
+#include <valgrind/valgrind.h>
+#endif
+
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102
+#endif
+
+#define PAGE 4096u
+#define GUARD_BUDGET_DEFAULT 12000u
+#define SLAB_SLOTS_MIN 16u
+#define SLAB_SLOTS_MAX 1024u
+
+struct slab {
+    struct slab *next;
+    char *base;
+    size_t bytes;
+};
+
+struct class_pool {
+    struct stack *clean, *dirty; /* free stacks; dirty ones await a trim */
+    uint64_t nclean, ndirty;
+    char *carve, *carve_end;     /* unused part of the newest slab */
+    uint32_t slab_slots;
+};
+
+static struct {
+    uint32_t lock;
+    int guard_mode;
+    uint32_t guard_budget;
+    uint32_t mprotect_used;
+    struct slab *slabs;
+    struct class_pool cls[STACK_CLASSES];
+    fern_thread *starved;        /* threads waiting for a stack */
+    uint64_t mapped, in_use, trims, reserved;
+    uint64_t g_madvise, g_mprotect, g_canary;
+    bool inited;
+} S;
+
+int stack_starved;
+
+int stack_class(size_t size, size_t *rounded)
+{
+    if (size < FERN_STACK_MIN || size > FERN_STACK_MAX)
+        return -1;
+    int c = 0;
+    size_t r = FERN_STACK_MIN;
+    while (r < size) {
+        r <<= 1;
+        c++;
+    }
+    if (rounded)
+        *rounded = r;
+    return c;
+}
+
+static size_t class_size(int cls) { return FERN_STACK_MIN << cls; }
+
+static bool guard_install_works(void)
+{
+    char *p = mmap(NULL, 2 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (p == MAP_FAILED)
+        return false;
+    bool ok = madvise(p, PAGE, MADV_GUARD_INSTALL) == 0;
+    munmap(p, 2 * PAGE);
+    return ok;
+}
+
+int stack_init(void)
+{
+    if (S.inited)
+        return 0;
+    memset(&S, 0, sizeof S);
+    const char *g = getenv("FERN_GUARD");
+    const char *b = getenv("FERN_GUARD_BUDGET");
+    S.guard_budget = GUARD_BUDGET_DEFAULT;
+    if (b && *b)
+        S.guard_budget = (uint32_t)strtoul(b, NULL, 10);
+    if (g && strcmp(g, "canary") == 0)
+        S.guard_mode = FERN_GUARD_CANARY;
+    else if (g && strcmp(g, "mprotect") == 0)
+        S.guard_mode = FERN_GUARD_MPROTECT;
+    else
+        S.guard_mode = guard_install_works() ? FERN_GUARD_MADVISE : FERN_GUARD_MPROTECT;
+    if (S.guard_mode == FERN_GUARD_MPROTECT && S.guard_budget == 0)
+        S.guard_mode = FERN_GUARD_CANARY;
+    S.inited = true;
+    return 0;
+}
+
+void stack_fini(void)
+{
+    struct slab *s = S.slabs;
+    while (s) {
+        struct slab *n = s->next;
+        munmap(s->base, s->bytes);
+        free(s);
+        s = n;
+    }
+    memset(&S, 0, sizeof S);
+}
+
+/* Under S.lock: a new slot of class cls, guarded; NULL if out of memory or
+ * mappings. */
+static struct stack *carve(int cls)
+{
+    struct class_pool *p = &S.cls[cls];
+    size_t size = class_size(cls), stride = size + PAGE;
+    if (p->carve == p->carve_end) {
+        uint32_t slots = p->slab_slots ? p->slab_slots * 2 : SLAB_SLOTS_MIN;
+        if (slots > SLAB_SLOTS_MAX)
+            slots = SLAB_SLOTS_MAX;
+        while (slots > 1 && (size_t)slots * stride > ((size_t)1 << 30))
+            slots /= 2;
+        struct slab *sl = malloc(sizeof *sl);
+        if (!sl)
+            return NULL;
+        sl->bytes = (size_t)slots * stride;
+        sl->base = mmap(NULL, sl->bytes, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+        if (sl->base == MAP_FAILED) {
+            free(sl);
+            return NULL;
+        }
+        madvise(sl->base, sl->bytes, MADV_NOHUGEPAGE);
+        sl->next = S.slabs;
+        S.slabs = sl;
+        S.reserved += sl->bytes;
+        p->slab_slots = slots;
+        p->carve = sl->base;
+        p->carve_end = sl->base + sl->bytes;
+    }
+    char *slot = p->carve;
+    int mode = S.guard_mode;
+    if (mode == FERN_GUARD_MADVISE && madvise(slot, PAGE, MADV_GUARD_INSTALL) != 0)
+        mode = S.guard_mode = FERN_GUARD_MPROTECT;
+    if (mode == FERN_GUARD_MPROTECT) {
+        if (S.mprotect_used >= S.guard_budget || mprotect(slot, PAGE, PROT_NONE) != 0)
+            mode = FERN_GUARD_CANARY;
+        else
+            S.mprotect_used++;
+    }
+    p->carve += stride;
+    char *lo = slot + PAGE;
+    struct stack *s = (struct stack *)(lo + size - sizeof(struct stack));
+    s->lo = lo;
+    s->size = size;
+    s->next = NULL;
+    s->cls = (uint8_t)cls;
+    s->guard = (uint8_t)mode;
+    s->dirty = 0;
+    S.mapped++;
+    if (mode == FERN_GUARD_MADVISE)
+        S.g_madvise++;
+    else if (mode == FERN_GUARD_MPROTECT)
+        S.g_mprotect++;
+    else
+        S.g_canary++;
+#ifdef FERN_VALGRIND
+    VALGRIND_STACK_REGISTER(lo, lo + size);
+#endif
+    return s;
+}
+
+static void trim(struct stack *s)
+{
+    if (s->size > STACK_KEEP)
+        madvise(s->lo, s->size - STACK_KEEP, MADV_DONTNEED);
+    s->dirty = 0;
+    ADD_RELAXED(&S.trims, 1);
+}
+
+struct stack *stack_get(struct worker *w, int cls)
+{
+    struct stack_cache *sc = &w->stacks[cls];
+    struct stack *s;
+    if ((s = sc->hot) != NULL) {
+        sc->hot = s->next;
+        sc->nhot--;
+    } else if ((s = sc->cold) != NULL) {
+        sc->cold = s->next;
+        sc->ncold--;
+        if (s->dirty)
+            sc->ndirty_cold--;
+    } else {
+        /* Refill a batch from the global pool, or carve one. */
+        struct class_pool *p = &S.cls[cls];
+        spin_lock(&S.lock);
+        for (int i = 0; i < 16; i++) {
+            struct stack **from = p->clean ? &p->clean : &p->dirty;
+            struct stack *g = *from;
+            if (!g)
+                break;
+            *from = g->next;
+            if (from == &p->clean)
+                p->nclean--;
+            else
+                p->ndirty--;
+            if (!s) {
+                s = g;
+                continue;
+            }
+            g->next = sc->cold;
+            sc->cold = g;
+            sc->ncold++;
+            sc->ndirty_cold += g->dirty;
+        }
+        if (!s)
+            s = carve(cls);
+        spin_unlock(&S.lock);
+        if (!s)
+            return NULL;
+    }
+    s->next = NULL;
+    if (s->guard == FERN_GUARD_CANARY)
+        *(uint64_t *)s->lo = STACK_CANARY;
+    ADD_RELAXED(&S.in_use, 1);
+    return s;
+}
+
+/* Give one starved thread a chance now that a stack is free. */
+static void unstarve_one(void)
+{
+    spin_lock(&S.lock);
+    fern_thread *t = S.starved;
+    if (t)
+        S.starved = t->link;
+    if (!S.starved)
+        STORE_RELAXED(&stack_starved, 0);
+    spin_unlock(&S.lock);
+    if (t) {
+        inbox_push(t->cluster, t);
+        cluster_wake(t->cluster);
+    }
+}
+
+void stack_put(struct worker *w, struct stack *s)
+{
+    struct stack_cache *sc = &w->stacks[s->cls];
+    __atomic_fetch_sub(&S.in_use, 1, __ATOMIC_RELAXED);
+    s->dirty = 1;
+    s->next = sc->hot;
+    sc->hot = s;
+    if (++sc->nhot > STACK_HOT) {
+        /* The oldest hot stack turns cold: it will be trimmed when idle. */
+        struct stack *p = sc->hot;
+        while (p->next->next)
+            p = p->next;
+        struct stack *old = p->next;
+        p->next = NULL;
+        sc->nhot--;
+        old->next = sc->cold;
+        sc->cold = old;
+        sc->ncold++;
+        sc->ndirty_cold++;
+        if (sc->ncold > STACK_CACHE_MAX) {
+            /* Hand half the cold ones to the global pool. */
+            struct class_pool *gp = &S.cls[s->cls];
+            spin_lock(&S.lock);
+            for (uint32_t i = 0; i < STACK_CACHE_MAX / 2; i++) {
+                struct stack *c = sc->cold;
+                sc->cold = c->next;
+                sc->ncold--;
+                if (c->dirty) {
+                    sc->ndirty_cold--;
+                    c->next = gp->dirty;
+                    gp->dirty = c;
+                    gp->ndirty++;
+                } else {
+                    c->next = gp->clean;
+                    gp->clean = c;
+                    gp->nclean++;
+                }
+            }
+            spin_unlock(&S.lock);
+        }
+    }
+    if (unlikely(LOAD_RELAXED(&stack_starved)))
+        unstarve_one();
+}
+
+bool stack_trim_some(struct worker *w)
+{
+    int budget = 32;
+    for (int c = 0; c < STACK_CLASSES && budget > 0; c++) {
+        struct stack_cache *sc = &w->stacks[c];
+        if (!sc->ndirty_cold)
+            continue;
+        for (struct stack *s = sc->cold; s && budget > 0; s = s->next)
+            if (s->dirty) {
+                trim(s);
+                sc->ndirty_cold--;
+                budget--;
+            }
+    }
+    if (budget == 0)
+        return true;
+    /* Then the global pool's dirty stacks, a batch at a time. */
+    for (int c = 0; c < STACK_CLASSES && budget > 0; c++) {
+        struct class_pool *p = &S.cls[c];
+        if (!LOAD_RELAXED(&p->ndirty))
+            continue;
+        struct stack *batch = NULL;
+        spin_lock(&S.lock);
+        while (p->dirty && budget-- > 0) {
+            struct stack *s = p->dirty;
+            p->dirty = s->next;
+            STORE_RELAXED(&p->ndirty, p->ndirty - 1);
+            s->next = batch;
+            batch = s;
+        }
+        spin_unlock(&S.lock);
+        struct stack *s = batch;
+        while (s) {
+            struct stack *n = s->next;
+            trim(s);
+            s = n;
+        }
+        spin_lock(&S.lock);
+        while (batch) {
+            struct stack *n = batch->next;
+            batch->next = p->clean;
+            p->clean = batch;
+            p->nclean++;
+            batch = n;
+        }
+        spin_unlock(&S.lock);
+    }
+    return budget <= 0;
+}
+
+void stack_cache_flush(struct worker *w)
+{
+    spin_lock(&S.lock);
+    for (int c = 0; c < STACK_CLASSES; c++) {
+        struct stack_cache *sc = &w->stacks[c];
+        struct class_pool *p = &S.cls[c];
+        struct stack *lists[2] = {sc->hot, sc->cold};
+        for (int i = 0; i < 2; i++) {
+            struct stack *s = lists[i];
+            while (s) {
+                struct stack *n = s->next;
+                if (s->dirty) {
+                    s->next = p->dirty;
+                    p->dirty = s;
+                    p->ndirty++;
+                } else {
+                    s->next = p->clean;
+                    p->clean = s;
+                    p->nclean++;
+                }
+                s = n;
+            }
+        }
+        memset(sc, 0, sizeof *sc);
+    }
+    spin_unlock(&S.lock);
+}
+
+bool stack_bind(struct worker *w, fern_thread *t)
+{
+    struct stack *s = stack_get(w, t->stack_cls);
+    if (!s) {
+        static int warned;
+        if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+            fprintf(stderr, "fern: out of stack memory or mappings; threads wait for a stack\n");
+        spin_lock(&S.lock);
+        t->link = S.starved;
+        S.starved = t;
+        STORE_RELAXED(&stack_starved, 1);
+        spin_unlock(&S.lock);
+        return false;
+    }
+    t->stack = s;
+    t->sp = ctx_init((char *)s, t);
+    return true;
+}
+
+bool stack_in_guard(const struct stack *s, const void *addr)
+{
+    const char *a = addr;
+    if (s->guard == FERN_GUARD_CANARY)
+        return a >= s->lo && a < s->lo + 256;
+    return a >= s->lo - PAGE && a < s->lo;
+}
+
+void stack_stats(struct fern_stats *st)
+{
+    spin_lock(&S.lock);
+    st->stacks_mapped = S.mapped;
+    st->stack_bytes_reserved = S.reserved;
+    st->guards_madvise = S.g_madvise;
+    st->guards_mprotect = S.g_mprotect;
+    st->guards_canary = S.g_canary;
+    st->guard_mode = (fern_guard_mode)S.guard_mode;
+    spin_unlock(&S.lock);
+    st->stacks_in_use = LOAD_RELAXED(&S.in_use);
+    st->stack_trims = LOAD_RELAXED(&S.trims);
+    /* Every carved stack is either bound to a thread or cached in a pool. */
+    st->stacks_cached = st->stacks_mapped - st->stacks_in_use;
+}
+
+/* Build the first frame of a green thread below its stack header: the frame
+ * fern_ctx_switch pops (MXCSR/x87 CW, r15..rbp) and a return into
+ * fern_ctx_entry, with rbx = the thread and r12 = thread_entry. */
+void *ctx_init(char *top, fern_thread *self)
+{
+    uintptr_t sp = ((uintptr_t)top & ~(uintptr_t)15) - 64;
+    uint64_t *f = (uint64_t *)sp;
+    ((uint32_t *)f)[0] = 0x1F80; /* MXCSR: all exceptions masked, round to nearest */
+    ((uint32_t *)f)[1] = 0x037F; /* x87 CW: default */
+    f[1] = 0;                        /* r15 */
+    f[2] = 0;                        /* r14 */
+    f[3] = 0;                        /* r13 */
+    f[4] = (uint64_t)(uintptr_t)thread_entry; /* r12 */
+    f[5] = (uint64_t)(uintptr_t)self;         /* rbx */
+    f[6] = 0;                                 /* rbp */
+    f[7] = (uint64_t)(uintptr_t)fern_ctx_entry;
+    return (void *)sp;
+}

@@ -1,0 +1,538 @@
+/*
+ * Green thread lifecycle: spawn, run, exit, join, detach; ids, names,
+ * green-thread-local keys.
+ *
+ * Descriptors come from chunks of THREAD_CHUNK descriptors (never returned to
+ * malloc until shutdown), cached per worker, so spawn is a pop from a list
+ * and a stale handle still points at a descriptor (a second join sees it free
+ * and says EINVAL instead of touching freed memory). fern_dump walks the
+ * chunks, so the spawn path keeps no global list.
+ *
+ * Lifecycle (t->life, under t->tlock): the exiting thread's last act runs on
+ * the next context (after_exit, park after save): release the stack, then
+ * under tlock mark EXITED and read DETACHED / the joiner. A detached thread is
+ * freed there; a joiner is woken after tlock is released (the joiner frees
+ * the descriptor, tlock included). A joiner queues itself under tlock and
+ * releases tlock only once parked, so the exit path cannot miss it.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+
+#ifdef FERN_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
+#ifdef FERN_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+
+#define THREAD_CHUNK 256u
+#define THREAD_CACHE_MAX 256u
+
+struct thread_chunk {
+    struct thread_chunk *next;
+    fern_thread t[THREAD_CHUNK];
+};
+
+struct keyval {
+    uint32_t gen;
+    void *v;
+};
+
+void sched_exit(after_fn fn, void *arg) __attribute__((noreturn));
+void sched_spawned(fern_thread *t);
+void sched_after_switch(void);
+
+/* ------------------------------------------------------------------------ */
+/* Descriptors                                                               */
+/* ------------------------------------------------------------------------ */
+
+fern_thread *thread_alloc(struct worker *w)
+{
+    fern_thread *t;
+    if (w && (t = w->free_threads) != NULL) {
+        w->free_threads = t->link;
+        w->nfree_threads--;
+        return t;
+    }
+    spin_lock(&rt.chunk_lock);
+    if (!rt.free_threads) {
+        struct thread_chunk *c = calloc(1, sizeof *c);
+        if (!c) {
+            spin_unlock(&rt.chunk_lock);
+            return NULL;
+        }
+        c->next = rt.chunks;
+        rt.chunks = c;
+        for (unsigned i = THREAD_CHUNK; i-- > 0;) {
+            c->t[i].link = rt.free_threads;
+            rt.free_threads = &c->t[i];
+        }
+    }
+    t = rt.free_threads;
+    rt.free_threads = t->link;
+    /* Take a batch into the worker's cache while holding the lock. */
+    for (unsigned i = 0; w && i < 32 && rt.free_threads; i++) {
+        fern_thread *x = rt.free_threads;
+        rt.free_threads = x->link;
+        x->link = w->free_threads;
+        w->free_threads = x;
+        w->nfree_threads++;
+    }
+    spin_unlock(&rt.chunk_lock);
+    return t;
+}
+
+void thread_free(struct worker *w, fern_thread *t)
+{
+    if (t->keys) {
+        free(t->keys);
+        t->keys = NULL;
+    }
+#ifdef FERN_TSAN
+    if (t->tsan_fiber) {
+        __tsan_destroy_fiber(t->tsan_fiber);
+        t->tsan_fiber = NULL;
+    }
+#endif
+    STORE(&t->alloc, A_FREE);
+    if (w && w->nfree_threads < THREAD_CACHE_MAX) {
+        t->link = w->free_threads;
+        w->free_threads = t;
+        w->nfree_threads++;
+        return;
+    }
+    spin_lock(&rt.chunk_lock);
+    t->link = rt.free_threads;
+    rt.free_threads = t;
+    spin_unlock(&rt.chunk_lock);
+}
+
+void threads_fini(uint64_t *abandoned)
+{
+    spin_lock(&rt.chunk_lock);
+    struct thread_chunk *c = rt.chunks;
+    rt.chunks = NULL;
+    rt.free_threads = NULL;
+    spin_unlock(&rt.chunk_lock);
+    while (c) {
+        struct thread_chunk *n = c->next;
+        for (unsigned i = 0; i < THREAD_CHUNK; i++) {
+            fern_thread *t = &c->t[i];
+            if (t->alloc == A_LIVE) {
+                (*abandoned)++;
+                free(t->keys);
+#ifdef FERN_TSAN
+                if (t->tsan_fiber)
+                    __tsan_destroy_fiber(t->tsan_fiber);
+#endif
+            }
+        }
+        free(c);
+        c = n;
+    }
+}
+
+static const char *state_name(uint8_t s)
+{
+    switch (s) {
+    case T_NEW: return "new";
+    case T_RUNNABLE: return "runnable";
+    case T_RUNNING: return "running";
+    case T_PARKED: return "parked";
+    case T_EXITING: return "exiting";
+    }
+    return "?";
+}
+
+static void name_read(const fern_thread *t, char out[32])
+{
+    for (int i = 0; i < 31; i++)
+        out[i] = LOAD_RELAXED(&t->name[i]);
+    out[31] = 0;
+}
+
+int threads_dump(FILE *f)
+{
+    int n = 0;
+    spin_lock(&rt.chunk_lock);
+    for (struct thread_chunk *c = rt.chunks; c; c = c->next)
+        for (unsigned i = 0; i < THREAD_CHUNK; i++) {
+            fern_thread *t = &c->t[i];
+            if (LOAD(&t->alloc) != A_LIVE)
+                continue;
+            char name[32];
+            name_read(t, name);
+            const char *what = LOAD_RELAXED(&t->wait_what);
+            uint8_t st = LOAD_RELAXED(&t->run_state);
+            fprintf(f, "thread %llu \"%s\" %s", (unsigned long long)t->id, name, state_name(st));
+            if (st == T_PARKED && what)
+                fprintf(f, " on %s %p", what, LOAD_RELAXED(&t->wait_obj));
+            fprintf(f, " cluster %p stack %zu%s\n", (void *)LOAD_RELAXED(&t->cluster),
+                    (size_t)FERN_STACK_MIN << t->stack_cls,
+                    LOAD_RELAXED(&t->stack) ? "" : " (not bound)");
+            n++;
+        }
+    spin_unlock(&rt.chunk_lock);
+    return n;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Spawn, exit, join                                                         */
+/* ------------------------------------------------------------------------ */
+
+static uint64_t next_id(struct worker *w)
+{
+    if (!w)
+        return __atomic_add_fetch(&rt.next_id, 1, __ATOMIC_RELAXED);
+    if (w->id_next == w->id_end) {
+        w->id_next = __atomic_fetch_add(&rt.next_id, 1024, __ATOMIC_RELAXED) + 1;
+        w->id_end = w->id_next + 1024;
+    }
+    return w->id_next++;
+}
+
+static void name_copy(fern_thread *t, const char *name)
+{
+    size_t i = 0;
+    if (name)
+        for (; i < 31 && name[i]; i++)
+            STORE_RELAXED(&t->name[i], name[i]);
+    STORE_RELAXED(&t->name[i], 0);
+}
+
+int fern_spawn(fern_thread **out, const fern_attr *attr, fern_fn fn, void *arg)
+{
+    bool detached = attr && attr->detached;
+    if (!fn || (!out && !detached))
+        return EINVAL;
+    if (!LOAD(&rt.running)) {
+        int r = fern_init(NULL);
+        if (r && r != EBUSY)
+            return r;
+    }
+    size_t ss = attr && attr->stack_size ? attr->stack_size : rt.default_stack;
+    int cls = stack_class(ss, NULL);
+    if (cls < 0)
+        return EINVAL;
+    struct worker *w = worker_self();
+    struct fern_cluster *c = attr ? attr->cluster : NULL;
+    if (!c)
+        c = (w && w->cur != &w->g0) ? w->cur->cluster : rt.dflt;
+    if (!c || LOAD(&c->stopping))
+        return EINVAL;
+    if (unlikely(LOAD_RELAXED(&stack_starved)))
+        return EAGAIN;
+    fern_thread *t = thread_alloc(w);
+    if (!t)
+        return EAGAIN;
+    t->sp = NULL;
+    STORE_RELAXED(&t->stack, NULL);
+    t->fn = fn;
+    t->arg = arg;
+    t->result = NULL;
+    STORE_RELAXED(&t->cluster, c);
+    t->link = NULL;
+    t->saved_errno = 0;
+    t->tlock = 0;
+    t->life = detached ? L_DETACHED : 0;
+    STORE_RELAXED(&t->run_state, T_NEW);
+    t->stack_cls = (uint8_t)cls;
+    STORE_RELAXED(&t->wait_what, NULL);
+    t->joiner = NULL;
+    t->keys = NULL;
+    t->id = next_id(w);
+    name_copy(t, attr ? attr->name : NULL);
+#ifdef FERN_ASAN
+    t->asan_fake = NULL;
+#endif
+#ifdef FERN_TSAN
+    t->tsan_fiber = __tsan_create_fiber(0);
+#endif
+    STORE(&t->alloc, A_LIVE);
+    ADD_RELAXED(&c->live, 1);
+    ADD_RELAXED(&rt.spawned, 1);
+    ADD_RELAXED(&rt.live, 1);
+    if (out)
+        *out = t;
+    sched_spawned(t);
+    return 0;
+}
+
+int fern_go(fern_fn fn, void *arg)
+{
+    fern_attr a = {0, NULL, NULL, true};
+    return fern_spawn(NULL, &a, fn, arg);
+}
+
+static void after_exit(struct worker *w, fern_thread *prev, void *arg)
+{
+    stack_put(w, prev->stack);
+    STORE_RELAXED(&prev->stack, NULL);
+    prev->sp = NULL;
+    __atomic_fetch_sub(&prev->cluster->live, 1, __ATOMIC_RELEASE);
+    __atomic_fetch_sub(&rt.live, 1, __ATOMIC_RELAXED);
+    spin_lock(&prev->tlock);
+    prev->life |= L_EXITED;
+    bool detached = prev->life & L_DETACHED;
+    struct waiter *j = prev->joiner;
+    spin_unlock(&prev->tlock);
+    if (detached)
+        thread_free(w, prev);
+    else if (j)
+        waiter_wake(j);
+}
+
+static void thread_finish(fern_thread *self, void *ret) __attribute__((noreturn));
+static void thread_finish(fern_thread *self, void *ret)
+{
+    self->result = ret;
+    if (self->keys)
+        keys_run_dtors(&self->keys);
+    sched_exit(after_exit, NULL);
+}
+
+void thread_entry(void *from, fern_thread *self)
+{
+#ifdef FERN_ASAN
+    __sanitizer_finish_switch_fiber(NULL, NULL, NULL);
+#endif
+    sched_after_switch();
+    errno = 0;
+    thread_finish(self, self->fn(self->arg));
+}
+
+int fern_exit(void *ret)
+{
+    fern_thread *self = thread_current();
+    if (!self)
+        return EPERM;
+    thread_finish(self, ret);
+}
+
+int fern_join(fern_thread *t, void **ret)
+{
+    if (!t)
+        return EINVAL;
+    fern_thread *self = thread_current();
+    if (t == self)
+        return EDEADLK;
+    if (LOAD(&t->alloc) != A_LIVE)
+        return EINVAL;
+    spin_lock(&t->tlock);
+    if (LOAD(&t->alloc) != A_LIVE || (t->life & (L_DETACHED | L_JOINING))) {
+        spin_unlock(&t->tlock);
+        return EINVAL;
+    }
+    t->life |= L_JOINING;
+    if (!(t->life & L_EXITED)) {
+        struct waiter wt;
+        waiter_init(&wt);
+        t->joiner = &wt;
+        if (self) {
+            STORE_RELAXED(&self->wait_what, "join");
+            STORE_RELAXED(&self->wait_obj, t);
+        }
+        waiter_wait(&wt, &t->tlock, FERN_FOREVER);
+        if (self)
+            STORE_RELAXED(&self->wait_what, NULL);
+    } else {
+        spin_unlock(&t->tlock);
+    }
+    if (ret)
+        *ret = t->result;
+    thread_free(worker_self(), t);
+    return 0;
+}
+
+int fern_detach(fern_thread *t)
+{
+    if (!t || LOAD(&t->alloc) != A_LIVE)
+        return EINVAL;
+    spin_lock(&t->tlock);
+    if (LOAD(&t->alloc) != A_LIVE || (t->life & (L_DETACHED | L_JOINING))) {
+        spin_unlock(&t->tlock);
+        return EINVAL;
+    }
+    if (t->life & L_EXITED) {
+        spin_unlock(&t->tlock);
+        thread_free(worker_self(), t);
+        return 0;
+    }
+    t->life |= L_DETACHED;
+    spin_unlock(&t->tlock);
+    return 0;
+}
+
+int fern_run(fern_fn fn, void *arg, void **ret)
+{
+    if (!fn)
+        return EINVAL;
+    if (!LOAD(&rt.running)) {
+        int r = fern_init(NULL);
+        if (r && r != EBUSY)
+            return r;
+    }
+    fern_attr a = {0, "main", rt.dflt, false};
+    fern_thread *t;
+    int r = fern_spawn(&t, &a, fn, arg);
+    if (r)
+        return r;
+    return fern_join(t, ret);
+}
+
+fern_thread *fern_self(void) { return thread_current(); }
+
+bool fern_is_green(void) { return thread_current() != NULL; }
+
+uint64_t fern_thread_id(const fern_thread *t)
+{
+    if (!t)
+        t = thread_current();
+    return t ? t->id : 0;
+}
+
+int fern_set_name(const char *name)
+{
+    fern_thread *self = thread_current();
+    if (!name)
+        return EINVAL;
+    if (!self)
+        return EPERM;
+    name_copy(self, name);
+    return 0;
+}
+
+const char *fern_thread_name(const fern_thread *t)
+{
+    if (!t)
+        t = thread_current();
+    return t ? t->name : "";
+}
+
+/* ------------------------------------------------------------------------ */
+/* Green-thread-local keys                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* A key is (generation << 8 | slot). A slot's word is (generation << 1 |
+ * in-use); deleting and re-creating a key bumps the generation, so values
+ * stored under the old key read as unset. */
+static struct {
+    uint32_t lock;
+    uint32_t word[FERN_KEYS_MAX];
+    void (*dtor[FERN_KEYS_MAX])(void *);
+} K;
+
+static __thread struct keyval *plain_keys;
+static pthread_key_t plain_pkey;
+static pthread_once_t plain_once = PTHREAD_ONCE_INIT;
+
+static void plain_keys_exit(void *p)
+{
+    struct keyval *v = p;
+    plain_keys = NULL;
+    keys_run_dtors(&v);
+}
+
+static void plain_once_init(void) { pthread_key_create(&plain_pkey, plain_keys_exit); }
+
+int fern_key_create(fern_key *key, void (*dtor)(void *))
+{
+    if (!key)
+        return EINVAL;
+    spin_lock(&K.lock);
+    for (unsigned i = 0; i < FERN_KEYS_MAX; i++) {
+        uint32_t w = K.word[i];
+        if (w & 1)
+            continue;
+        uint32_t gen = ((w >> 1) + 1) & 0xffffff;
+        if (gen == 0)
+            gen = 1;
+        STORE_RELAXED(&K.dtor[i], dtor);
+        STORE(&K.word[i], gen << 1 | 1);
+        spin_unlock(&K.lock);
+        *key = gen << 8 | i;
+        return 0;
+    }
+    spin_unlock(&K.lock);
+    return EAGAIN;
+}
+
+static bool key_valid(fern_key key)
+{
+    unsigned i = key & 0xff;
+    return i < FERN_KEYS_MAX && LOAD(&K.word[i]) == ((key >> 8) << 1 | 1);
+}
+
+int fern_key_delete(fern_key key)
+{
+    unsigned i = key & 0xff;
+    spin_lock(&K.lock);
+    if (!key_valid(key)) {
+        spin_unlock(&K.lock);
+        return EINVAL;
+    }
+    STORE(&K.word[i], K.word[i] & ~1u);
+    spin_unlock(&K.lock);
+    return 0;
+}
+
+static struct keyval **keys_slot(void)
+{
+    fern_thread *t = thread_current();
+    return t ? &t->keys : &plain_keys;
+}
+
+void *fern_getspecific(fern_key key)
+{
+    if (!key_valid(key))
+        return NULL;
+    struct keyval *v = *keys_slot();
+    unsigned i = key & 0xff;
+    return v && v[i].gen == key >> 8 ? v[i].v : NULL;
+}
+
+int fern_setspecific(fern_key key, const void *value)
+{
+    if (!key_valid(key))
+        return EINVAL;
+    struct keyval **slot = keys_slot();
+    if (!*slot) {
+        struct keyval *v = calloc(FERN_KEYS_MAX, sizeof *v);
+        if (!v)
+            return ENOMEM;
+        *slot = v;
+        if (slot == &plain_keys) {
+            pthread_once(&plain_once, plain_once_init);
+            pthread_setspecific(plain_pkey, v);
+        }
+    }
+    unsigned i = key & 0xff;
+    (*slot)[i].gen = key >> 8;
+    (*slot)[i].v = (void *)value;
+    return 0;
+}
+
+void keys_run_dtors(struct keyval **pv)
+{
+    struct keyval *v = *pv;
+    for (int round = 0; round < 4; round++) {
+        bool again = false;
+        for (unsigned i = 0; i < FERN_KEYS_MAX; i++) {
+            if (!v[i].v)
+                continue;
+            uint32_t w = LOAD(&K.word[i]);
+            void (*d)(void *) = LOAD_RELAXED(&K.dtor[i]);
+            void *val = v[i].v;
+            v[i].v = NULL;
+            if ((w & 1) && (w >> 1) == v[i].gen && d) {
+                d(val);
+                again = true;
+            }
+        }
+        if (!again)
+            break;
+    }
+    free(v);
+    *pv = NULL;
+}

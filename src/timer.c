@@ -1,0 +1,168 @@
+/*
+ * Timers: deadlines for sleeps and timed waits.
+ *
+ * Each worker owns a binary min-heap of timers. Only the owner adds timers
+ * (a thread parks on its own worker and adds its timer in the post-switch
+ * action) and only the owner fires them (scheduler tick, idle path). Anyone
+ * may cancel, because a woken thread may resume on another worker.
+ *
+ * Exactly-once with the wait queue: a timer's fire callback runs under the
+ * heap lock and does the waiter's CAS; timer_cancel takes the same lock, so
+ * once cancel returns no callback is running or will run for that timer and
+ * the waiter (which lives on the parked thread's stack) may go away.
+ */
+#include "internal.h"
+
+#include <time.h>
+
+static void heap_swap(struct timer **v, uint32_t a, uint32_t b)
+{
+    struct timer *t = v[a];
+    v[a] = v[b];
+    v[b] = t;
+    v[a]->index = (int32_t)a;
+    v[b]->index = (int32_t)b;
+}
+
+static void sift_up(struct timer **v, uint32_t i)
+{
+    while (i > 0) {
+        uint32_t p = (i - 1) / 2;
+        if (v[p]->deadline <= v[i]->deadline)
+            break;
+        heap_swap(v, i, p);
+        i = p;
+    }
+}
+
+static void sift_down(struct timer **v, uint32_t n, uint32_t i)
+{
+    for (;;) {
+        uint32_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && v[l]->deadline < v[m]->deadline)
+            m = l;
+        if (r < n && v[r]->deadline < v[m]->deadline)
+            m = r;
+        if (m == i)
+            return;
+        heap_swap(v, i, m);
+        i = m;
+    }
+}
+
+static void heap_remove(struct timer_heap *h, uint32_t i)
+{
+    uint32_t last = --h->n;
+    h->v[i]->index = -1;
+    if (i != last) {
+        h->v[i] = h->v[last];
+        h->v[i]->index = (int32_t)i;
+        sift_down(h->v, h->n, i);
+        sift_up(h->v, i);
+    }
+}
+
+void timer_add(struct worker *w, struct timer *t)
+{
+    struct timer_heap *h = &w->timers;
+    spin_lock(&h->lock);
+    if (h->n == h->cap) {
+        uint32_t cap = h->cap ? h->cap * 2 : 64;
+        struct timer **v = realloc(h->v, cap * sizeof *v);
+        if (!v) {
+            /* Without room to queue the timer the deadline cannot be kept;
+             * fire it now: the waiter sees a timeout early rather than never. */
+            spin_unlock(&h->lock);
+            t->index = -1;
+            t->owner = NULL;
+            t->fire(t);
+            return;
+        }
+        h->v = v;
+        h->cap = cap;
+    }
+    t->owner = w;
+    t->index = (int32_t)h->n;
+    h->v[h->n++] = t;
+    sift_up(h->v, (uint32_t)t->index);
+    __atomic_store_n(&h->n, h->n, __ATOMIC_RELAXED);
+    spin_unlock(&h->lock);
+}
+
+void timer_cancel(struct timer *t)
+{
+    struct worker *w = t->owner;
+    if (!w)
+        return;
+    spin_lock(&w->timers.lock);
+    if (t->index >= 0)
+        heap_remove(&w->timers, (uint32_t)t->index);
+    spin_unlock(&w->timers.lock);
+}
+
+int timers_run(struct worker *w, int64_t now)
+{
+    struct timer_heap *h = &w->timers;
+    int fired = 0;
+    if (LOAD_RELAXED(&h->n) == 0)
+        return 0;
+    spin_lock(&h->lock);
+    while (h->n > 0 && h->v[0]->deadline <= now) {
+        struct timer *t = h->v[0];
+        heap_remove(h, 0);
+        t->fire(t);
+        fired++;
+    }
+    spin_unlock(&h->lock);
+    return fired;
+}
+
+int64_t timers_next(struct worker *w)
+{
+    struct timer_heap *h = &w->timers;
+    int64_t d = FERN_FOREVER;
+    if (LOAD_RELAXED(&h->n) == 0)
+        return d;
+    spin_lock(&h->lock);
+    if (h->n > 0)
+        d = h->v[0]->deadline;
+    spin_unlock(&h->lock);
+    return d;
+}
+
+void timers_free(struct worker *w)
+{
+    free(w->timers.v);
+    w->timers.v = NULL;
+    w->timers.n = w->timers.cap = 0;
+}
+
+int fern_sleep_until(int64_t deadline_ns)
+{
+    if (deadline_ns < 0)
+        return EINVAL;
+    fern_thread *self = thread_current();
+    if (!self) {
+        struct timespec ts = {deadline_ns / 1000000000, deadline_ns % 1000000000};
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+            ;
+        return 0;
+    }
+    if (deadline_ns <= fern_now_ns())
+        return 0;
+    struct waiter wt;
+    waiter_init(&wt);
+    STORE_RELAXED(&self->wait_what, "sleep");
+    STORE_RELAXED(&self->wait_obj, NULL);
+    waiter_wait(&wt, NULL, deadline_ns);
+    STORE_RELAXED(&self->wait_what, NULL);
+    return 0;
+}
+
+int fern_sleep_ns(int64_t ns)
+{
+    if (ns <= 0)
+        return 0;
+    int64_t now = fern_now_ns();
+    return fern_sleep_until(ns > FERN_FOREVER - now ? FERN_FOREVER : now + ns);
+}

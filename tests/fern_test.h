@@ -1,0 +1,158 @@
+// Shared helpers for the fern GoogleTest suites: run C++ callables as green
+// threads, scale counts by FERN_STRESS_SCALE, shut the runtime down at the end
+// of each test binary (so LeakSanitizer sees a clean process), and a watchdog
+// that turns a hang (a lost wake-up) into a failure with a fern_dump.
+#ifndef FERN_TESTS_FERN_TEST_H
+#define FERN_TESTS_FERN_TEST_H
+
+#include <fern/fern.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <utility>
+
+namespace fern_test {
+
+// FERN_STRESS_SCALE as a double (default 1; sanitizer builds set 0.1).
+inline double stress_scale() {
+    const char *s = std::getenv("FERN_STRESS_SCALE");
+    double v = s ? std::strtod(s, nullptr) : 1.0;
+    return v > 0 ? v : 1.0;
+}
+
+// n scaled by FERN_STRESS_SCALE, at least lo.
+inline long scaled(long n, long lo = 1) {
+    long v = static_cast<long>(static_cast<double>(n) * stress_scale());
+    return v < lo ? lo : v;
+}
+
+inline bool runtime_running() { return fern_cluster_default() != nullptr; }
+
+inline int64_t ms(int64_t n) { return n * 1000000; }
+
+// A type-erased body; the trampoline owns (and frees) it.
+using Body = std::function<void *()>;
+
+inline void *body_tramp(void *a) {
+    std::unique_ptr<Body> b(static_cast<Body *>(a));
+    return (*b)();
+}
+
+template <class F> Body *make_body(F &&f) {
+    using R = std::invoke_result_t<std::decay_t<F> &>;
+    if constexpr (std::is_void_v<R>) {
+        return new Body([g = std::forward<F>(f)]() mutable -> void * {
+            g();
+            return nullptr;
+        });
+    } else {
+        return new Body([g = std::forward<F>(f)]() mutable -> void * {
+            return (void *)(g());
+        });
+    }
+}
+
+// Run f() as a green thread through fern_run; returns fern_run's status.
+template <class F> int run_green(F &&f, void **ret = nullptr) {
+    Body *b = make_body(std::forward<F>(f));
+    int rc = fern_run(body_tramp, b, ret);
+    if (rc != 0) delete b;
+    return rc;
+}
+
+// fern_spawn with a callable.
+template <class F> int spawn(fern_thread **t, const fern_attr *attr, F &&f) {
+    Body *b = make_body(std::forward<F>(f));
+    int rc = fern_spawn(t, attr, body_tramp, b);
+    if (rc != 0) delete b;
+    return rc;
+}
+
+// fern_spawn on cluster c (NULL = current/default), joinable.
+template <class F> int spawn_on(fern_thread **t, fern_cluster *c, F &&f) {
+    fern_attr a{};
+    a.cluster = c;
+    return spawn(t, &a, std::forward<F>(f));
+}
+
+// fern_go with a callable.
+template <class F> int go(F &&f) {
+    Body *b = make_body(std::forward<F>(f));
+    int rc = fern_go(body_tramp, b);
+    if (rc != 0) delete b;
+    return rc;
+}
+
+// Poll pred from a plain thread until it holds or timeout_ms passes.
+template <class P> bool wait_until(P pred, int timeout_ms = 10000) {
+    auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (!pred()) {
+        if (std::chrono::steady_clock::now() > end) return pred();
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    return true;
+}
+
+// errno through a call the optimiser cannot see into: __errno_location() is
+// declared const, so plain `errno` may be cached across a switch in test code.
+__attribute__((noipa)) inline int get_errno() { return errno; }
+__attribute__((noipa)) inline void set_errno(int e) { errno = e; }
+
+// Aborts the process (after a fern_dump to stderr) if not destroyed within
+// `seconds`: a hang becomes a visible failure instead of a ctest timeout.
+class Watchdog {
+  public:
+    explicit Watchdog(int seconds, const char *what = "test")
+        : th_([this, seconds, what] {
+              std::unique_lock<std::mutex> lk(mu_);
+              if (!cv_.wait_for(lk, std::chrono::seconds(seconds), [this] { return done_; })) {
+                  std::fprintf(stderr, "WATCHDOG: %s did not finish within %d s (lost wake-up?)\n",
+                               what, seconds);
+                  if (runtime_running()) fern_dump(stderr);
+                  std::fflush(stderr);
+                  std::abort();
+              }
+          }) {}
+    ~Watchdog() {
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            done_ = true;
+        }
+        cv_.notify_all();
+        th_.join();
+    }
+
+  private:
+    std::mutex mu_;
+    std::condition_variable cv_;
+    bool done_ = false;
+    std::thread th_;
+};
+
+// Shut the runtime down at the end of the binary (LeakSanitizer checks after).
+class ShutdownEnv : public ::testing::Environment {
+  public:
+    void TearDown() override {
+        if (runtime_running()) {
+            EXPECT_EQ(0, fern_shutdown());
+        }
+    }
+};
+
+inline ::testing::Environment *const kShutdownEnv =
+    ::testing::AddGlobalTestEnvironment(new ShutdownEnv);
+
+} // namespace fern_test
+
+#endif

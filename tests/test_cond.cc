@@ -1,0 +1,427 @@
+// fern_cond: wait/signal/broadcast/timedwait between green and plain threads,
+// errors, and no lost wake-ups.
+#include "fern_test.h"
+
+#include <cstring>
+#include <vector>
+
+using namespace fern_test;
+
+namespace {
+
+fern_cond g_static_cond = FERN_COND_INIT;
+fern_mutex g_static_mutex = FERN_MUTEX_INIT;
+
+TEST(Cond, NullIsEinval) {
+    fern_cond c = FERN_COND_INIT;
+    fern_mutex m = FERN_MUTEX_INIT;
+    EXPECT_EQ(EINVAL, fern_cond_init(nullptr));
+    EXPECT_EQ(EINVAL, fern_cond_destroy(nullptr));
+    EXPECT_EQ(EINVAL, fern_cond_signal(nullptr));
+    EXPECT_EQ(EINVAL, fern_cond_broadcast(nullptr));
+    ASSERT_EQ(0, fern_mutex_lock(&m));
+    EXPECT_EQ(EINVAL, fern_cond_wait(nullptr, &m));
+    EXPECT_EQ(EINVAL, fern_cond_wait(&c, nullptr));
+    EXPECT_EQ(EINVAL, fern_cond_timedwait(nullptr, &m, FERN_FOREVER));
+    EXPECT_EQ(EINVAL, fern_cond_timedwait(&c, nullptr, FERN_FOREVER));
+    EXPECT_EQ(0, fern_mutex_unlock(&m)) << "mutex no longer held after EINVAL";
+}
+
+TEST(Cond, InitDestroyAndSignalWithoutWaiters) {
+    fern_cond c;
+    std::memset(&c, 0xab, sizeof c);
+    EXPECT_EQ(0, fern_cond_init(&c));
+    EXPECT_EQ(0, fern_cond_signal(&c));
+    EXPECT_EQ(0, fern_cond_broadcast(&c));
+    EXPECT_EQ(0, fern_cond_destroy(&c));
+    fern_cond z{};
+    EXPECT_EQ(0, fern_cond_signal(&z));
+    EXPECT_EQ(0, fern_cond_destroy(&z));
+    EXPECT_EQ(0, fern_cond_signal(&g_static_cond));
+    EXPECT_EQ(0, fern_cond_broadcast(&g_static_cond));
+}
+
+TEST(Cond, WaitWithoutMutexIsEperm) {
+    fern_cond c = FERN_COND_INIT;
+    fern_mutex m = FERN_MUTEX_INIT;
+    EXPECT_EQ(EPERM, fern_cond_wait(&c, &m));
+    EXPECT_EQ(EPERM, fern_cond_timedwait(&c, &m, fern_now_ns() + ms(10)));
+    ASSERT_EQ(0, run_green([&] {
+        EXPECT_EQ(EPERM, fern_cond_wait(&c, &m));
+        EXPECT_EQ(EPERM, fern_cond_timedwait(&c, &m, fern_now_ns() + ms(10)));
+    }));
+    // Held by someone else.
+    ASSERT_EQ(0, fern_mutex_lock(&m));
+    ASSERT_EQ(0, run_green([&] {
+        EXPECT_EQ(EPERM, fern_cond_wait(&c, &m));
+        EXPECT_EQ(EPERM, fern_cond_timedwait(&c, &m, FERN_FOREVER));
+    }));
+    EXPECT_EQ(0, fern_mutex_unlock(&m));
+    EXPECT_EQ(0, fern_cond_destroy(&c));
+}
+
+TEST(Cond, GreenWaiterGreenSignaller) {
+    Watchdog wd(30, "GreenWaiterGreenSignaller");
+    fern_cond c{};
+    fern_mutex m{};
+    bool ready = false;
+    fern_thread *w = nullptr;
+    ASSERT_EQ(0, spawn(&w, nullptr, [&] {
+        EXPECT_EQ(0, fern_mutex_lock(&m));
+        while (!ready) EXPECT_EQ(0, fern_cond_wait(&c, &m));
+        EXPECT_EQ(0, fern_mutex_unlock(&m));
+    }));
+    ASSERT_EQ(0, run_green([&] {
+        fern_sleep_ns(ms(10));
+        fern_mutex_lock(&m);
+        ready = true;
+        EXPECT_EQ(0, fern_cond_signal(&c));
+        fern_mutex_unlock(&m);
+    }));
+    ASSERT_EQ(0, fern_join(w, nullptr));
+    EXPECT_EQ(0, fern_cond_destroy(&c));
+}
+
+TEST(Cond, PlainWaiterGreenSignallerAndViceVersa) {
+    Watchdog wd(30, "PlainWaiterGreenSignaller");
+    fern_cond c = FERN_COND_INIT;
+    fern_mutex m = FERN_MUTEX_INIT;
+    bool ready = false;
+    // Plain waits, green signals.
+    fern_thread *s = nullptr;
+    ASSERT_EQ(0, spawn(&s, nullptr, [&] {
+        fern_sleep_ns(ms(20));
+        fern_mutex_lock(&m);
+        ready = true;
+        fern_cond_signal(&c);
+        fern_mutex_unlock(&m);
+    }));
+    ASSERT_EQ(0, fern_mutex_lock(&m));
+    while (!ready) ASSERT_EQ(0, fern_cond_wait(&c, &m));
+    ASSERT_EQ(0, fern_mutex_unlock(&m));
+    ASSERT_EQ(0, fern_join(s, nullptr));
+    // Green waits, plain signals.
+    ready = false;
+    fern_thread *w = nullptr;
+    ASSERT_EQ(0, spawn(&w, nullptr, [&] {
+        fern_mutex_lock(&m);
+        while (!ready) EXPECT_EQ(0, fern_cond_wait(&c, &m));
+        fern_mutex_unlock(&m);
+    }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ASSERT_EQ(0, fern_mutex_lock(&m));
+    ready = true;
+    ASSERT_EQ(0, fern_cond_signal(&c));
+    ASSERT_EQ(0, fern_mutex_unlock(&m));
+    ASSERT_EQ(0, fern_join(w, nullptr));
+}
+
+TEST(Cond, DestroyWithWaitersIsEbusy) {
+    fern_cond c = FERN_COND_INIT;
+    fern_mutex m = FERN_MUTEX_INIT;
+    bool waiting = false, go_on = false;
+    fern_thread *w = nullptr;
+    ASSERT_EQ(0, spawn(&w, nullptr, [&] {
+        fern_mutex_lock(&m);
+        waiting = true;
+        while (!go_on) fern_cond_wait(&c, &m);
+        fern_mutex_unlock(&m);
+    }));
+    // Once we hold m after the waiter set `waiting`, it is inside cond_wait.
+    for (;;) {
+        ASSERT_EQ(0, fern_mutex_lock(&m));
+        if (waiting) break;
+        ASSERT_EQ(0, fern_mutex_unlock(&m));
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(EBUSY, fern_cond_destroy(&c));
+    go_on = true;
+    EXPECT_EQ(0, fern_cond_broadcast(&c));
+    ASSERT_EQ(0, fern_mutex_unlock(&m));
+    ASSERT_EQ(0, fern_join(w, nullptr));
+    EXPECT_EQ(0, fern_cond_destroy(&c));
+}
+
+TEST(Cond, BroadcastWakesEveryone) {
+    Watchdog wd(60, "BroadcastWakesEveryone");
+    fern_cluster *cl = nullptr;
+    ASSERT_EQ(0, fern_cluster_create(&cl, 2));
+    fern_cond c = FERN_COND_INIT;
+    fern_mutex m = FERN_MUTEX_INIT;
+    int waiting = 0, generation = 0;
+    std::atomic<int> woken{0};
+    constexpr int GREEN = 200, PLAIN = 3;
+    auto waiter = [&] {
+        fern_mutex_lock(&m);
+        int gen = generation;
+        waiting++;
+        while (generation == gen) EXPECT_EQ(0, fern_cond_wait(&c, &m));
+        fern_mutex_unlock(&m);
+        woken++;
+    };
+    std::vector<fern_thread *> ts(GREEN);
+    for (int i = 0; i < GREEN; i++) ASSERT_EQ(0, spawn_on(&ts[i], (i & 1) ? cl : nullptr, waiter));
+    std::vector<std::thread> ps;
+    for (int i = 0; i < PLAIN; i++) ps.emplace_back(waiter);
+    for (;;) {
+        fern_mutex_lock(&m);
+        bool all = waiting == GREEN + PLAIN;
+        fern_mutex_unlock(&m);
+        if (all) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(0, woken.load());
+    fern_mutex_lock(&m);
+    generation++;
+    EXPECT_EQ(0, fern_cond_broadcast(&g_static_cond));  // another cond: no effect
+    EXPECT_EQ(0, fern_cond_broadcast(&c));
+    fern_mutex_unlock(&m);
+    for (auto &p : ps) p.join();
+    for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
+    EXPECT_EQ(GREEN + PLAIN, woken.load());
+    EXPECT_EQ(0, fern_cond_destroy(&c));
+    EXPECT_EQ(0, fern_cluster_destroy(cl));
+}
+
+// Token protocol: every signal hands out one token; every token is consumed.
+TEST(Cond, SignalHandsOutTokens) {
+    Watchdog wd(60, "SignalHandsOutTokens");
+    fern_cond c = FERN_COND_INIT;
+    fern_mutex m = FERN_MUTEX_INIT;
+    int tokens = 0;
+    std::atomic<int> consumed{0};
+    constexpr int N = 100;
+    std::vector<fern_thread *> ts(N);
+    for (int i = 0; i < N; i++)
+        ASSERT_EQ(0, spawn(&ts[i], nullptr, [&] {
+            fern_mutex_lock(&m);
+            while (tokens == 0) fern_cond_wait(&c, &m);
+            tokens--;
+            fern_mutex_unlock(&m);
+            consumed++;
+        }));
+    for (int i = 0; i < N; i++) {
+        fern_mutex_lock(&m);
+        tokens++;
+        EXPECT_EQ(0, fern_cond_signal(&c));
+        fern_mutex_unlock(&m);
+        if (i % 10 == 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
+    EXPECT_EQ(N, consumed.load());
+    EXPECT_EQ(0, tokens);
+}
+
+TEST(Cond, TimedwaitTimesOutWithMutexHeld) {
+    fern_cond c = FERN_COND_INIT;
+    fern_mutex m = FERN_MUTEX_INIT;
+    auto check = [&] {
+        ASSERT_EQ(0, fern_mutex_lock(&m));
+        int64_t t0 = fern_now_ns();
+        EXPECT_EQ(ETIMEDOUT, fern_cond_timedwait(&c, &m, t0 + ms(30)));
+        int64_t el = fern_now_ns() - t0;
+        EXPECT_GE(el, ms(30));
+        EXPECT_LT(el, ms(30) + ms(200));
+        // m is held again: relock is EDEADLK, unlock succeeds.
+        EXPECT_EQ(EDEADLK, fern_mutex_lock(&m));
+        EXPECT_EQ(0, fern_mutex_unlock(&m));
+        // Past deadline: times out at once, still with m held.
+        ASSERT_EQ(0, fern_mutex_lock(&m));
+        EXPECT_EQ(ETIMEDOUT, fern_cond_timedwait(&c, &m, fern_now_ns() - ms(1)));
+        EXPECT_EQ(ETIMEDOUT, fern_cond_timedwait(&c, &m, 0));
+        EXPECT_EQ(0, fern_mutex_unlock(&m));
+    };
+    ASSERT_EQ(0, run_green(check));
+    check();
+    EXPECT_EQ(0, fern_cond_destroy(&c)) << "timed-out waiter left on the cond";
+}
+
+// The timed-out waiter must re-acquire the mutex even when another thread
+// holds it at the deadline.
+TEST(Cond, TimedwaitReacquiresContendedMutex) {
+    fern_cond c = FERN_COND_INIT;
+    fern_mutex m = FERN_MUTEX_INIT;
+    std::atomic<bool> holder_has_it{false}, release{false};
+    std::atomic<int> rc{-1};
+    std::atomic<bool> returned{false};
+    fern_thread *w = nullptr, *h = nullptr;
+    ASSERT_EQ(0, spawn(&w, nullptr, [&] {
+        fern_mutex_lock(&m);
+        rc = fern_cond_timedwait(&c, &m, fern_now_ns() + ms(20));
+        returned = true;
+        EXPECT_EQ(0, fern_mutex_unlock(&m));
+    }));
+    ASSERT_EQ(0, spawn(&h, nullptr, [&] {
+        fern_sleep_ns(ms(5));
+        fern_mutex_lock(&m);
+        holder_has_it = true;
+        while (!release) fern_sleep_ns(ms(1));
+        fern_mutex_unlock(&m);
+    }));
+    ASSERT_TRUE(wait_until([&] { return holder_has_it.load(); }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    EXPECT_FALSE(returned.load()) << "timedwait returned while another thread holds the mutex";
+    release = true;
+    ASSERT_EQ(0, fern_join(w, nullptr));
+    ASSERT_EQ(0, fern_join(h, nullptr));
+    EXPECT_EQ(ETIMEDOUT, rc.load());
+}
+
+TEST(Cond, TimedwaitNegativeDeadlineIsEinval) {
+    fern_cond c = FERN_COND_INIT;
+    fern_mutex m = FERN_MUTEX_INIT;
+    ASSERT_EQ(0, fern_mutex_lock(&m));
+    EXPECT_EQ(EINVAL, fern_cond_timedwait(&c, &m, -1));
+    EXPECT_EQ(0, fern_mutex_unlock(&m));
+    ASSERT_EQ(0, run_green([&] {
+        ASSERT_EQ(0, fern_mutex_lock(&m));
+        EXPECT_EQ(EINVAL, fern_cond_timedwait(&c, &m, -100));
+        EXPECT_EQ(0, fern_mutex_unlock(&m));
+    }));
+}
+
+TEST(Cond, TimedwaitSignalledBeforeDeadline) {
+    fern_cond c = FERN_COND_INIT;
+    fern_mutex m = FERN_MUTEX_INIT;
+    bool flag = false;
+    fern_thread *w = nullptr;
+    std::atomic<int64_t> took{0};
+    ASSERT_EQ(0, spawn(&w, nullptr, [&] {
+        fern_mutex_lock(&m);
+        int64_t t0 = fern_now_ns();
+        int rc = 0;
+        while (!flag && rc == 0) rc = fern_cond_timedwait(&c, &m, t0 + ms(10000));
+        took = fern_now_ns() - t0;
+        EXPECT_EQ(0, rc);
+        EXPECT_TRUE(flag);
+        fern_mutex_unlock(&m);
+    }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    fern_mutex_lock(&m);
+    flag = true;
+    fern_cond_signal(&c);
+    fern_mutex_unlock(&m);
+    ASSERT_EQ(0, fern_join(w, nullptr));
+    EXPECT_LT(took.load(), ms(5000));
+}
+
+// Ping-pong between a green thread and a plain thread with cond_wait/signal:
+// any lost wake-up hangs (the watchdog turns that into a failure).
+TEST(Cond, PingPongGreenPlainNoLostWakeup) {
+    Watchdog wd(90, "PingPongGreenPlainNoLostWakeup");
+    fern_cond c = FERN_COND_INIT;
+    fern_mutex m = FERN_MUTEX_INIT;
+    int turn = 0;  // 0: green's turn, 1: plain's turn
+    const int ROUNDS = (int)scaled(20000, 2000);
+    fern_thread *g = nullptr;
+    ASSERT_EQ(0, spawn(&g, nullptr, [&] {
+        for (int i = 0; i < ROUNDS; i++) {
+            fern_mutex_lock(&m);
+            while (turn != 0) fern_cond_wait(&c, &m);
+            turn = 1;
+            fern_cond_signal(&c);
+            fern_mutex_unlock(&m);
+        }
+    }));
+    for (int i = 0; i < ROUNDS; i++) {
+        fern_mutex_lock(&m);
+        while (turn != 1) fern_cond_wait(&c, &m);
+        turn = 0;
+        fern_cond_signal(&c);
+        fern_mutex_unlock(&m);
+    }
+    ASSERT_EQ(0, fern_join(g, nullptr));
+    EXPECT_EQ(0, turn);
+}
+
+// Same between green threads on two different clusters, signalling outside the
+// lock, plus timedwait with short deadlines racing against signals.
+TEST(Cond, PingPongAcrossClustersWithTimedwait) {
+    Watchdog wd(90, "PingPongAcrossClustersWithTimedwait");
+    fern_cluster *cl = nullptr;
+    ASSERT_EQ(0, fern_cluster_create(&cl, 1));
+    fern_cond c = FERN_COND_INIT;
+    fern_mutex m = FERN_MUTEX_INIT;
+    int turn = 0;
+    const int ROUNDS = (int)scaled(20000, 2000);
+    std::atomic<int> timeouts{0};
+    auto player = [&](int me) {
+        for (int i = 0; i < ROUNDS; i++) {
+            fern_mutex_lock(&m);
+            while (turn != me) {
+                int rc = (i % 3 == 0) ? fern_cond_timedwait(&c, &m, fern_now_ns() + 20000)
+                                      : fern_cond_wait(&c, &m);
+                if (rc == ETIMEDOUT) timeouts++;
+                else EXPECT_EQ(0, rc);
+            }
+            turn = 1 - me;
+            fern_mutex_unlock(&m);
+            fern_cond_signal(&c);
+        }
+    };
+    fern_thread *a = nullptr, *b = nullptr;
+    ASSERT_EQ(0, spawn_on(&a, nullptr, [&] { player(0); }));
+    ASSERT_EQ(0, spawn_on(&b, cl, [&] { player(1); }));
+    ASSERT_EQ(0, fern_join(a, nullptr));
+    ASSERT_EQ(0, fern_join(b, nullptr));
+    EXPECT_EQ(0, fern_cond_destroy(&c));
+    EXPECT_EQ(0, fern_cluster_destroy(cl));
+}
+
+// Timed waits racing signals: whether woken or timed out, each waiter returns
+// exactly once, holding the mutex (no two threads inside at once).
+TEST(Cond, TimedwaitRaceWakeExactlyOnce) {
+    Watchdog wd(90, "TimedwaitRaceWakeExactlyOnce");
+    fern_cond c = FERN_COND_INIT;
+    fern_mutex m = FERN_MUTEX_INIT;
+    std::atomic<int> inside{0}, overlaps{0}, returns{0};
+    std::atomic<bool> stop{false};
+    constexpr int N = 32;
+    const int ITERS = (int)scaled(300, 30);
+    std::vector<fern_thread *> ts(N);
+    for (int i = 0; i < N; i++)
+        ASSERT_EQ(0, spawn(&ts[i], nullptr, [&, i] {
+            for (int k = 0; k < ITERS; k++) {
+                fern_mutex_lock(&m);
+                int rc = fern_cond_timedwait(&c, &m, fern_now_ns() + 1000 * ((i + k) % 50));
+                if (rc != 0 && rc != ETIMEDOUT) ADD_FAILURE() << "timedwait rc " << rc;
+                if (inside.fetch_add(1) != 0) overlaps++;
+                returns++;
+                inside.fetch_sub(1);
+                if (fern_mutex_unlock(&m) != 0) ADD_FAILURE() << "mutex not held after timedwait";
+            }
+        }));
+    std::thread sig([&] {
+        int i = 0;
+        while (!stop.load()) {
+            if (i++ % 4 == 0) fern_cond_broadcast(&c);
+            else fern_cond_signal(&c);
+            std::this_thread::sleep_for(std::chrono::microseconds(20));
+        }
+    });
+    for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
+    stop = true;
+    sig.join();
+    EXPECT_EQ(0, overlaps.load());
+    EXPECT_EQ(N * ITERS, returns.load());
+    EXPECT_EQ(0, fern_cond_destroy(&c)) << "a waiter stayed queued after returning";
+    EXPECT_EQ(0, fern_mutex_destroy(&m));
+}
+
+TEST(Cond, StaticObjects) {
+    bool flag = false;
+    fern_thread *w = nullptr;
+    ASSERT_EQ(0, spawn(&w, nullptr, [&] {
+        fern_mutex_lock(&g_static_mutex);
+        while (!flag) fern_cond_wait(&g_static_cond, &g_static_mutex);
+        fern_mutex_unlock(&g_static_mutex);
+    }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    fern_mutex_lock(&g_static_mutex);
+    flag = true;
+    fern_cond_broadcast(&g_static_cond);
+    fern_mutex_unlock(&g_static_mutex);
+    ASSERT_EQ(0, fern_join(w, nullptr));
+}
+
+} // namespace

@@ -1,0 +1,360 @@
+// Stacks: deep recursion, overflow reported on stderr, size limits, reuse of
+// pooled stacks, late binding, 100k parked threads, guard accounting.
+#include "fern_test.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstring>
+#include <regex>
+#include <string>
+#include <vector>
+
+using namespace fern_test;
+
+namespace {
+
+// One ~1 KiB frame per level; records the lowest stack address reached.
+__attribute__((noinline, noipa)) long recurse(int depth, uintptr_t *lowest) {
+    volatile char buf[1024];
+    for (size_t i = 0; i < sizeof buf; i += 64) buf[i] = (char)(depth + i);
+    uintptr_t here = (uintptr_t)&buf[0];
+    if (here < *lowest) *lowest = here;
+    long r = depth > 0 ? recurse(depth - 1, lowest) : 0;
+    return r + buf[depth % sizeof buf];
+}
+
+struct DeepArg {
+    int depth;
+    uintptr_t top;
+    uintptr_t lowest;
+};
+
+void *deep_body(void *arg) {
+    auto *d = static_cast<DeepArg *>(arg);
+    volatile char marker = 0;
+    d->top = (uintptr_t)&marker;
+    d->lowest = d->top;
+    return (void *)recurse(d->depth, &d->lowest);
+}
+
+// Runs a thread with stack_size that recurses through ~fraction of it and
+// checks that it really used that much stack.
+void deep_recursion(size_t stack_size, double fraction) {
+    DeepArg d{};
+    d.depth = (int)((double)stack_size * fraction / 1200);
+    fern_attr a{};
+    a.stack_size = stack_size;
+    a.name = "deep";
+    fern_thread *t = nullptr;
+    ASSERT_EQ(0, fern_spawn(&t, &a, deep_body, &d));
+    ASSERT_EQ(0, fern_join(t, nullptr));
+    size_t used = d.top - d.lowest;
+    EXPECT_GE(used, (size_t)((double)stack_size * fraction * 0.8)) << "depth " << d.depth;
+    EXPECT_LT(used, stack_size);
+}
+
+TEST(Stack, DeepRecursionDefaultSize) {
+    DeepArg d{};
+    d.depth = (int)(FERN_STACK_DEFAULT * 0.6 / 1200);
+    fern_thread *t = nullptr;
+    ASSERT_EQ(0, fern_spawn(&t, nullptr, deep_body, &d));
+    ASSERT_EQ(0, fern_join(t, nullptr));
+    EXPECT_GE(d.top - d.lowest, (size_t)(FERN_STACK_DEFAULT * 0.45));
+}
+
+TEST(Stack, DeepRecursionVariousSizes) {
+    deep_recursion(256 * 1024, 0.7);
+    deep_recursion(1024 * 1024, 0.8);
+    deep_recursion(8 * 1024 * 1024, 0.8);
+}
+
+TEST(Stack, MinimumStackWorks) {
+    DeepArg d{};
+    d.depth = 4;  // ~5 KiB of a 16 KiB stack
+    fern_attr a{};
+    a.stack_size = FERN_STACK_MIN;
+    fern_thread *t = nullptr;
+    ASSERT_EQ(0, fern_spawn(&t, &a, deep_body, &d));
+    ASSERT_EQ(0, fern_join(t, nullptr));
+    // Not a page multiple: rounded up, accepted.
+    a.stack_size = FERN_STACK_MIN + 1;
+    ASSERT_EQ(0, fern_spawn(&t, &a, deep_body, &d));
+    ASSERT_EQ(0, fern_join(t, nullptr));
+}
+
+TEST(Stack, MaximumStackWorks) {
+    DeepArg d{};
+    d.depth = 2000;  // ~2.3 MiB of 1 GiB
+    fern_attr a{};
+    a.stack_size = FERN_STACK_MAX;
+    fern_thread *t = nullptr;
+    ASSERT_EQ(0, fern_spawn(&t, &a, deep_body, &d));
+    ASSERT_EQ(0, fern_join(t, nullptr));
+    EXPECT_GE(d.top - d.lowest, (size_t)2000 * 1024);
+}
+
+TEST(Stack, SizeOutOfRangeIsEinval) {
+    fern_attr a{};
+    fern_thread *t = nullptr;
+    for (size_t bad : {(size_t)1, (size_t)4096, FERN_STACK_MIN - 4096, FERN_STACK_MAX + 4096,
+                       FERN_STACK_MAX * 4, SIZE_MAX / 2}) {
+        a.stack_size = bad;
+        EXPECT_EQ(EINVAL, fern_spawn(&t, &a, deep_body, nullptr)) << bad;
+        a.detached = true;
+        EXPECT_EQ(EINVAL, fern_spawn(nullptr, &a, deep_body, nullptr)) << bad;
+        a.detached = false;
+    }
+}
+
+// --- overflow: the process dies with a report naming the thread ---
+
+void *overflow_body(void *) {
+    std::fprintf(stderr, "self-id=%" PRIu64 "\n", fern_thread_id(nullptr));
+    std::fflush(stderr);
+    uintptr_t lowest = UINTPTR_MAX;
+    return (void *)recurse(1 << 30, &lowest);
+}
+
+void overflow_main(size_t stack_size, bool own_cluster) {
+    fern_attr a{};
+    a.stack_size = stack_size;
+    a.name = "deep-diver";
+    if (own_cluster) {
+        fern_cluster *c = nullptr;
+        if (fern_cluster_create(&c, 2) != 0) return;
+        a.cluster = c;
+    }
+    fern_thread *t = nullptr;
+    if (fern_spawn(&t, &a, overflow_body, nullptr) != 0) return;
+    fern_join(t, nullptr);
+    std::fprintf(stderr, "joined: the overflow was not caught\n");
+    std::exit(0);
+}
+
+bool has_number(const std::string &s, const std::string &num) {
+    for (size_t p = s.find(num); p != std::string::npos; p = s.find(num, p + 1)) {
+        bool left = p == 0 || !std::isdigit((unsigned char)s[p - 1]);
+        bool right = p + num.size() >= s.size() || !std::isdigit((unsigned char)s[p + num.size()]);
+        if (left && right) return true;
+    }
+    return false;
+}
+
+// stderr after the thread's "self-id=N" line must say "overflowed its stack"
+// with the name, the id N and (optionally) the stack size.
+class OverflowReport : public ::testing::MatcherInterface<const std::string &> {
+  public:
+    explicit OverflowReport(size_t stack_size, bool want_size)
+        : stack_size_(stack_size), want_size_(want_size) {}
+    bool MatchAndExplain(const std::string &err, ::testing::MatchResultListener *l) const override {
+        std::smatch mt;
+        if (!std::regex_search(err, mt, std::regex("self-id=([0-9]+)\n"))) {
+            *l << "the thread never ran";
+            return false;
+        }
+        std::string id = mt[1].str();
+        std::string rest = mt.suffix().str();
+        if (rest.find("overflowed its stack") == std::string::npos) {
+            *l << "no \"overflowed its stack\" after the thread started";
+            return false;
+        }
+        if (rest.find("deep-diver") == std::string::npos) {
+            *l << "report lacks the thread name";
+            return false;
+        }
+        if (!has_number(rest, id)) {
+            *l << "report lacks the thread id " << id;
+            return false;
+        }
+        if (want_size_) {
+            std::string b = std::to_string(stack_size_), k = std::to_string(stack_size_ / 1024);
+            char hex[32];
+            std::snprintf(hex, sizeof hex, "0x%zx", stack_size_);
+            bool ok = has_number(rest, b) || rest.find(hex) != std::string::npos ||
+                      std::regex_search(rest, std::regex("[^0-9]" + k + " ?[kK]"));
+            if (!ok) {
+                *l << "report lacks the stack size (" << b << " bytes / " << k << " KiB)";
+                return false;
+            }
+        }
+        return true;
+    }
+    void DescribeTo(std::ostream *os) const override {
+        *os << "an overflow report naming deep-diver and its id";
+    }
+
+  private:
+    size_t stack_size_;
+    bool want_size_;
+};
+
+::testing::Matcher<const std::string &> overflow_report(size_t stack_size, bool want_size) {
+    return ::testing::MakeMatcher(new OverflowReport(stack_size, want_size));
+}
+
+TEST(StackDeathTest, OverflowReportedWithNameAndId) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(overflow_main(64 * 1024, false), overflow_report(64 * 1024, false));
+}
+
+TEST(StackDeathTest, OverflowReportedOnOtherClusterDefaultSize) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(overflow_main(0, true), overflow_report(FERN_STACK_DEFAULT, false));
+}
+
+TEST(StackDeathTest, OverflowReportIncludesStackSize) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(overflow_main(256 * 1024, false), overflow_report(256 * 1024, true));
+}
+
+// --- pooling and accounting ---
+
+void *noop(void *arg) { return arg; }
+
+TEST(Stack, StacksReusedAcrossSequentialThreads) {
+    ASSERT_EQ(0, fern_run(noop, nullptr, nullptr));
+    struct fern_stats s0, s1;
+    ASSERT_EQ(0, fern_stats(&s0));
+    const long N = scaled(100000, 10000);
+    for (long i = 0; i < N; i++) {
+        fern_thread *t = nullptr;
+        ASSERT_EQ(0, fern_spawn(&t, nullptr, noop, (void *)i));
+        void *r = nullptr;
+        ASSERT_EQ(0, fern_join(t, &r));
+        ASSERT_EQ((void *)i, r);
+    }
+    // A finished thread's stack may go back to the pool just after the join.
+    wait_until([&] { return fern_stats(&s1) == 0 && s1.stacks_in_use == 0; }, 2000);
+    ASSERT_EQ(0, fern_stats(&s1));
+    EXPECT_EQ(s0.threads_spawned + (uint64_t)N, s1.threads_spawned);
+    EXPECT_LE(s1.stacks_mapped - s0.stacks_mapped, 512u) << "stacks are not reused";
+    EXPECT_EQ(0u, s1.stacks_in_use);
+    EXPECT_GE(s1.stacks_cached, 1u);
+    EXPECT_EQ(0u, s1.threads_live);
+}
+
+// "Bound late": threads spawned onto a one-worker cluster by its running
+// thread do not run (and so hold no stack) until it yields.
+TEST(Stack, StackBoundWhenThreadFirstRuns) {
+    fern_cluster *c = nullptr;
+    ASSERT_EQ(0, fern_cluster_create(&c, 1));
+    constexpr int N = 5000;
+    std::atomic<int> ran{0};
+    uint64_t in_use_before = 0, in_use_after_spawn = 0, mapped_before = 0, mapped_after = 0;
+    fern_thread *t = nullptr;
+    ASSERT_EQ(0, spawn_on(&t, c, [&] {
+        struct fern_stats s;
+        fern_stats(&s);
+        in_use_before = s.stacks_in_use;
+        mapped_before = s.stacks_mapped;
+        fern_attr a{};
+        a.detached = true;
+        for (int i = 0; i < N; i++) {
+            auto fn = [](void *p) -> void * {
+                static_cast<std::atomic<int> *>(p)->fetch_add(1);
+                return nullptr;
+            };
+            ASSERT_EQ(0, fern_spawn(nullptr, &a, fn, &ran));
+        }
+        fern_stats(&s);
+        in_use_after_spawn = s.stacks_in_use;
+        EXPECT_EQ(0, ran.load()) << "children ran before the spawner yielded on a 1-worker cluster";
+        while (ran.load() != N) fern_yield();
+        fern_stats(&s);
+        mapped_after = s.stacks_mapped;
+    }));
+    ASSERT_EQ(0, fern_join(t, nullptr));
+    EXPECT_LT(in_use_after_spawn - in_use_before, 64u) << "stacks bound at spawn, not at first run";
+    EXPECT_LT(mapped_after - mapped_before, 512u);
+    EXPECT_EQ(N, ran.load());
+    EXPECT_EQ(0, fern_cluster_destroy(c));
+}
+
+TEST(Stack, HundredThousandParkedThenWoken) {
+    Watchdog wd(300, "HundredThousandParkedThenWoken");
+    const long N = scaled(100000, 10000);
+    fern_mutex m = FERN_MUTEX_INIT;
+    fern_cond cv = FERN_COND_INIT;
+    long waiting = 0;
+    bool release = false;
+    std::atomic<long> woken{0};
+    struct Ctx {
+        fern_mutex *m;
+        fern_cond *cv;
+        long *waiting;
+        bool *release;
+        std::atomic<long> *woken;
+    } ctx{&m, &cv, &waiting, &release, &woken};
+    auto body = [](void *p) -> void * {
+        auto *c = static_cast<Ctx *>(p);
+        fern_mutex_lock(c->m);
+        ++*c->waiting;
+        while (!*c->release) fern_cond_wait(c->cv, c->m);
+        fern_mutex_unlock(c->m);
+        c->woken->fetch_add(1);
+        return nullptr;
+    };
+    std::vector<fern_thread *> ts(N);
+    for (long i = 0; i < N; i++) ASSERT_EQ(0, fern_spawn(&ts[i], nullptr, body, &ctx)) << i;
+    for (;;) {
+        fern_mutex_lock(&m);
+        long w = waiting;
+        fern_mutex_unlock(&m);
+        if (w == N) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    struct fern_stats s;
+    ASSERT_EQ(0, fern_stats(&s));
+    EXPECT_GE(s.threads_live, (uint64_t)N);
+    EXPECT_GE(s.stacks_in_use, (uint64_t)N);
+    EXPECT_GE(s.stack_bytes_reserved, (uint64_t)N * FERN_STACK_MIN);
+    EXPECT_EQ(0, woken.load());
+    fern_mutex_lock(&m);
+    release = true;
+    fern_cond_broadcast(&cv);
+    fern_mutex_unlock(&m);
+    for (long i = 0; i < N; i++) ASSERT_EQ(0, fern_join(ts[i], nullptr));
+    EXPECT_EQ(N, woken.load());
+    wait_until([&] { return fern_stats(&s) == 0 && s.stacks_in_use == 0; }, 2000);
+    ASSERT_EQ(0, fern_stats(&s));
+    EXPECT_EQ(0u, s.threads_live);
+    EXPECT_EQ(0u, s.stacks_in_use);
+}
+
+bool kernel_has_madv_guard() {
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102
+#endif
+    long pg = sysconf(_SC_PAGESIZE);
+    void *p = mmap(nullptr, 4 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return false;
+    bool ok = madvise(p, pg, MADV_GUARD_INSTALL) == 0;
+    munmap(p, 4 * pg);
+    return ok;
+}
+
+TEST(Stack, GuardCounters) {
+    fern_thread *t = nullptr;
+    ASSERT_EQ(0, fern_spawn(&t, nullptr, noop, nullptr));
+    ASSERT_EQ(0, fern_join(t, nullptr));
+    struct fern_stats s;
+    wait_until([&] { return fern_stats(&s) == 0 && s.stacks_in_use == 0; }, 2000);
+    ASSERT_EQ(0, fern_stats(&s));
+    EXPECT_GE(s.stacks_mapped, 1u);
+    EXPECT_EQ(s.stacks_mapped, s.guards_madvise + s.guards_mprotect + s.guards_canary)
+        << "every stack slot has exactly one kind of protection";
+    EXPECT_EQ(s.stacks_mapped, s.stacks_in_use + s.stacks_cached);
+    EXPECT_GE(s.stack_bytes_reserved, s.stacks_mapped * FERN_STACK_MIN);
+    if (kernel_has_madv_guard()) {
+        EXPECT_EQ(FERN_GUARD_MADVISE, s.guard_mode);
+        EXPECT_GE(s.guards_madvise, 1u);
+        EXPECT_EQ(0u, s.guards_canary);
+    } else {
+        EXPECT_NE(FERN_GUARD_MADVISE, s.guard_mode);
+        EXPECT_EQ(0u, s.guards_madvise);
+    }
+}
+
+} // namespace
