@@ -44,6 +44,7 @@ int main(int argc, char **argv)
     int64_t dt = bench_now_ns() - t0;
     bench_print("think", "pthread", "threads", (double)n, "count");
     bench_print("think", "pthread", "seconds", (double)dt / 1e9, "s");
+    bench_print("think", "pthread", "us_per_thread", (double)dt / 1e3 / (double)n, "us");
     bench_print("think", "pthread", "baseline_s", (double)base / 1e9, "s");
     bench_print("think", "pthread", "ratio_to_baseline", (double)dt / (double)base, "x");
     bench_print("think", "pthread", "peak_rss_mib", (double)bench_status_kib("VmHWM") / 1024.0, "MiB");

@@ -233,7 +233,7 @@ static fern_thread *runq_steal(struct worker *w, struct worker *v)
 
 void cluster_wake(struct fern_cluster *c)
 {
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    full_fence();
     if (LOAD_RELAXED(&c->nidle) == 0)
         return;
     struct worker *pick = NULL;
@@ -287,7 +287,7 @@ static void worker_sleep(struct worker *w)
     STORE_RELAXED(&w->sleep_word, 1);
     STORE_RELAXED(&c->nidle, c->nidle + 1);
     spin_unlock(&c->idle_lock);
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    full_fence();
     if (!cluster_has_work(w) && !stack_trim_some(w)) {
         int64_t deadline = timers_next(w);
         STORE_RELAXED(&w->n_sleeps, w->n_sleeps + 1);

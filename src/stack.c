@@ -42,6 +42,9 @@
 #ifdef FERN_VALGRIND
 #include <valgrind/valgrind.h>
 #endif
+#ifdef FERN_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
 
 #ifndef MADV_GUARD_INSTALL
 #define MADV_GUARD_INSTALL 102
@@ -235,9 +238,9 @@ struct stack *stack_get(struct worker *w, int cls)
                 break;
             *from = g->next;
             if (from == &p->clean)
-                p->nclean--;
+                STORE_RELAXED(&p->nclean, p->nclean - 1);
             else
-                p->ndirty--;
+                STORE_RELAXED(&p->ndirty, p->ndirty - 1);
             if (!s) {
                 s = g;
                 continue;
@@ -307,11 +310,11 @@ void stack_put(struct worker *w, struct stack *s)
                     sc->ndirty_cold--;
                     c->next = gp->dirty;
                     gp->dirty = c;
-                    gp->ndirty++;
+                    gSTORE_RELAXED(&p->ndirty, p->ndirty + 1);
                 } else {
                     c->next = gp->clean;
                     gp->clean = c;
-                    gp->nclean++;
+                    gSTORE_RELAXED(&p->nclean, p->nclean + 1);
                 }
             }
             spin_unlock(&S.lock);
@@ -363,7 +366,7 @@ bool stack_trim_some(struct worker *w)
             struct stack *n = batch->next;
             batch->next = p->clean;
             p->clean = batch;
-            p->nclean++;
+            STORE_RELAXED(&p->nclean, p->nclean + 1);
             batch = n;
         }
         spin_unlock(&S.lock);
@@ -385,11 +388,11 @@ void stack_cache_flush(struct worker *w)
                 if (s->dirty) {
                     s->next = p->dirty;
                     p->dirty = s;
-                    p->ndirty++;
+                    STORE_RELAXED(&p->ndirty, p->ndirty + 1);
                 } else {
                     s->next = p->clean;
                     p->clean = s;
-                    p->nclean++;
+                    STORE_RELAXED(&p->nclean, p->nclean + 1);
                 }
                 s = n;
             }
@@ -413,6 +416,10 @@ bool stack_bind(struct worker *w, fern_thread *t)
         spin_unlock(&S.lock);
         return false;
     }
+#ifdef FERN_ASAN
+    /* The previous thread's frames left their redzones poisoned. */
+    ASAN_UNPOISON_MEMORY_REGION(s->lo, s->size - sizeof *s);
+#endif
     t->stack = s;
     t->sp = ctx_init((char *)s, t);
     return true;

@@ -191,8 +191,17 @@ TEST(Thread, NamesTruncatedTo31Bytes) {
 }
 
 TEST(Thread, UnnamedThreadHasEmptyName) {
+    // attr NULL and attr.name NULL both mean "no name".
     std::string seen = "unset";
-    ASSERT_EQ(0, run_green([&] { seen = fern_thread_name(nullptr); }));
+    fern_thread *t = nullptr;
+    ASSERT_EQ(0, spawn(&t, nullptr, [&] { seen = fern_thread_name(nullptr); }));
+    EXPECT_STREQ("", fern_thread_name(t));
+    ASSERT_EQ(0, fern_join(t, nullptr));
+    EXPECT_EQ("", seen);
+    seen = "unset";
+    fern_attr a{};
+    ASSERT_EQ(0, spawn(&t, &a, [&] { seen = fern_thread_name(nullptr); }));
+    ASSERT_EQ(0, fern_join(t, nullptr));
     EXPECT_EQ("", seen);
 }
 

@@ -1,0 +1,73 @@
+/* million, fern: N detached green threads (default stack size) each wait on
+ * one fern_cond with one fern_mutex; the main green thread waits until all
+ * are parked, broadcasts, and waits until all have run. Default workers.
+ *   spawn_park_s:     first spawn until the last thread is parked
+ *   bytes_per_thread: growth of VmRSS + VmPTE over that span / N
+ *   wake_all_s:       broadcast until the last thread has run */
+#include "bench_common.h"
+
+#include <fern/fern.h>
+
+static fern_mutex mu = FERN_MUTEX_INIT;
+static fern_cond cv = FERN_COND_INIT;      /* the one they park on */
+static fern_cond main_cv = FERN_COND_INIT;
+static long n, parked, finished;
+static int go;
+
+static void *body(void *arg)
+{
+    fern_mutex_lock(&mu);
+    if (++parked == n)
+        fern_cond_signal(&main_cv);
+    while (!go)
+        fern_cond_wait(&cv, &mu);
+    if (++finished == n)
+        fern_cond_signal(&main_cv);
+    fern_mutex_unlock(&mu);
+    return arg;
+}
+
+static void *main_green(void *arg)
+{
+    fern_attr attr = {.stack_size = 0, .name = NULL, .cluster = NULL, .detached = true};
+    int rc;
+    long m0 = bench_mem_bytes();
+    int64_t t0 = bench_now_ns();
+    for (long i = 0; i < n; i++)
+        if ((rc = fern_spawn(NULL, &attr, body, NULL))) {
+            fprintf(stderr, "fern_spawn failed at thread %ld\n", i);
+            bench_die("fern_spawn", rc);
+        }
+    fern_mutex_lock(&mu);
+    while (parked < n)
+        fern_cond_wait(&main_cv, &mu);
+    fern_mutex_unlock(&mu);
+    int64_t t1 = bench_now_ns();
+    long m1 = bench_mem_bytes();
+    struct fern_stats st;
+    fern_stats(&st);
+    fern_mutex_lock(&mu);
+    go = 1;
+    fern_cond_broadcast(&cv);
+    while (finished < n)
+        fern_cond_wait(&main_cv, &mu);
+    fern_mutex_unlock(&mu);
+    int64_t t2 = bench_now_ns();
+    bench_print("million", "fern", "threads", (double)n, "count");
+    bench_print("million", "fern", "spawn_park_s", (double)(t1 - t0) / 1e9, "s");
+    bench_print("million", "fern", "bytes_per_thread", (double)(m1 - m0) / (double)n, "bytes");
+    bench_print("million", "fern", "wake_all_s", (double)(t2 - t1) / 1e9, "s");
+    bench_print("million", "fern", "stacks_mapped", (double)st.stacks_mapped, "count");
+    bench_print("million", "fern", "guard_mode", (double)st.guard_mode, "enum");
+    return arg;
+}
+
+int main(int argc, char **argv)
+{
+    n = bench_arg(argc, argv, 1000000);
+    int rc = fern_run(main_green, NULL, NULL);
+    if (rc)
+        bench_die("fern_run", rc);
+    fern_shutdown();
+    return 0;
+}

@@ -1,0 +1,466 @@
+// Scheduler: init/run/shutdown cycles, FERN_WORKERS / FERN_STACK_SIZE,
+// many threads on several workers, spreading, idle CPU, wake-ups of sleeping
+// workers from plain threads, fairness of hand-offs, shutdown with parked
+// threads.
+#include "fern_test.h"
+
+#include <sched.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+using namespace fern_test;
+
+namespace {
+
+thread_local int t_worker_marker;
+__attribute__((noipa)) const void *worker_identity() { return &t_worker_marker; }
+
+void *noop(void *arg) { return arg; }
+
+void stop_runtime() {
+    if (runtime_running()) {
+        ASSERT_EQ(0, fern_shutdown());
+    }
+}
+
+unsigned cpu_count_affinity() {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return 0;
+    return (unsigned)CPU_COUNT(&set);
+}
+
+// Restores an environment variable at scope exit.
+struct EnvGuard {
+    std::string name, old;
+    bool had;
+    explicit EnvGuard(const char *n) : name(n) {
+        const char *v = getenv(n);
+        had = v != nullptr;
+        if (had) old = v;
+    }
+    ~EnvGuard() {
+        if (had) setenv(name.c_str(), old.c_str(), 1);
+        else unsetenv(name.c_str());
+    }
+};
+
+TEST(Sched, InitRunShutdownCycles) {
+    stop_runtime();
+    for (int cycle = 0; cycle < 12; cycle++) {
+        unsigned w = 1 + cycle % 4;
+        fern_config cfg{w, 0};
+        ASSERT_EQ(0, fern_init(&cfg)) << cycle;
+        ASSERT_NE(nullptr, fern_cluster_default());
+        EXPECT_EQ(w, fern_cluster_workers(fern_cluster_default()));
+        struct fern_stats s;
+        ASSERT_EQ(0, fern_stats(&s));
+        EXPECT_EQ(1u, s.clusters);
+        EXPECT_EQ(w, s.workers);
+        EXPECT_EQ(0u, s.threads_spawned) << "counters restart with the runtime";
+        std::vector<fern_thread *> ts(100);
+        for (auto &t : ts) ASSERT_EQ(0, fern_spawn(&t, nullptr, noop, (void *)(intptr_t)cycle));
+        for (auto t : ts) {
+            void *r = nullptr;
+            ASSERT_EQ(0, fern_join(t, &r));
+            EXPECT_EQ((void *)(intptr_t)cycle, r);
+        }
+        if (cycle % 3 == 0) {
+            fern_cluster *c = nullptr;
+            ASSERT_EQ(0, fern_cluster_create(&c, 2));  // left for shutdown to stop
+        }
+        ASSERT_EQ(0, fern_shutdown()) << cycle;
+        EXPECT_EQ(nullptr, fern_cluster_default());
+        EXPECT_EQ(EINVAL, fern_shutdown());
+        struct fern_stats s2;
+        EXPECT_EQ(EINVAL, fern_stats(&s2));
+    }
+}
+
+TEST(Sched, RunBootsRuntimeWithDefaults) {
+    stop_runtime();
+    EnvGuard g1("FERN_WORKERS"), g2("FERN_STACK_SIZE");
+    unsetenv("FERN_WORKERS");
+    unsetenv("FERN_STACK_SIZE");
+    void *r = nullptr;
+    ASSERT_EQ(0, fern_run(noop, (void *)3, &r));
+    EXPECT_EQ((void *)3, r);
+    ASSERT_NE(nullptr, fern_cluster_default());
+    unsigned w = fern_cluster_workers(fern_cluster_default());
+    unsigned online = (unsigned)sysconf(_SC_NPROCESSORS_ONLN), aff = cpu_count_affinity();
+    EXPECT_TRUE(w == online || w == aff) << w << " workers; CPUs online " << online << ", affinity " << aff;
+    // fern_spawn boots it too.
+    stop_runtime();
+    fern_thread *t = nullptr;
+    ASSERT_EQ(0, fern_spawn(&t, nullptr, noop, nullptr));
+    ASSERT_EQ(0, fern_join(t, nullptr));
+    EXPECT_TRUE(runtime_running());
+    // So does fern_go.
+    stop_runtime();
+    std::atomic<int> ran{0};
+    ASSERT_EQ(0, go([&] { ran++; }));
+    EXPECT_TRUE(wait_until([&] { return ran.load() == 1; }));
+}
+
+TEST(Sched, FernWorkersEnv) {
+    stop_runtime();
+    EnvGuard g1("FERN_WORKERS");
+    setenv("FERN_WORKERS", "3", 1);
+    ASSERT_EQ(0, fern_init(nullptr));
+    EXPECT_EQ(3u, fern_cluster_workers(fern_cluster_default()));
+    stop_runtime();
+    fern_config cfg{0, 0};
+    ASSERT_EQ(0, fern_init(&cfg));
+    EXPECT_EQ(3u, fern_cluster_workers(fern_cluster_default()));
+    stop_runtime();
+    cfg.workers = 2;  // explicit config wins
+    ASSERT_EQ(0, fern_init(&cfg));
+    EXPECT_EQ(2u, fern_cluster_workers(fern_cluster_default()));
+    stop_runtime();
+    ASSERT_EQ(0, fern_run(noop, nullptr, nullptr));
+    EXPECT_EQ(3u, fern_cluster_workers(fern_cluster_default()));
+    stop_runtime();
+    setenv("FERN_WORKERS", "100000", 1);
+    EXPECT_EQ(EINVAL, fern_init(nullptr));
+    EXPECT_FALSE(runtime_running());
+    EXPECT_EQ(EINVAL, fern_run(noop, nullptr, nullptr)) << "fern_run reports fern_init's error";
+    EXPECT_FALSE(runtime_running());
+}
+
+TEST(Sched, FernStackSizeEnv) {
+    stop_runtime();
+    EnvGuard g1("FERN_STACK_SIZE");
+    setenv("FERN_STACK_SIZE", "1024", 1);
+    EXPECT_EQ(EINVAL, fern_init(nullptr));
+    EXPECT_FALSE(runtime_running());
+    setenv("FERN_STACK_SIZE", "4294967296000", 1);
+    EXPECT_EQ(EINVAL, fern_init(nullptr));
+    EXPECT_FALSE(runtime_running());
+    setenv("FERN_STACK_SIZE", "262144", 1);
+    ASSERT_EQ(0, fern_init(nullptr));
+    ASSERT_EQ(0, fern_run(noop, nullptr, nullptr));
+    stop_runtime();
+    // An explicit config stack size is used instead of the environment.
+    setenv("FERN_STACK_SIZE", "1024", 1);
+    fern_config cfg{1, 65536};
+    EXPECT_EQ(0, fern_init(&cfg));
+    stop_runtime();
+}
+
+TEST(Sched, MaxWorkers) {
+    stop_runtime();
+    fern_config cfg{FERN_WORKERS_MAX, 0};
+    ASSERT_EQ(0, fern_init(&cfg));
+    EXPECT_EQ(FERN_WORKERS_MAX, fern_cluster_workers(fern_cluster_default()));
+    std::atomic<int> ran{0};
+    std::vector<fern_thread *> ts(512);
+    for (auto &t : ts) ASSERT_EQ(0, spawn(&t, nullptr, [&] { ran++; }));
+    for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
+    EXPECT_EQ(512, ran.load());
+    fern_cluster *c = nullptr;
+    ASSERT_EQ(0, fern_cluster_create(&c, FERN_WORKERS_MAX));
+    EXPECT_EQ(0, fern_cluster_destroy(c));
+    stop_runtime();
+}
+
+TEST(Sched, ManyThreadsOnSeveralWorkersComplete) {
+    Watchdog wd(120, "ManyThreadsOnSeveralWorkersComplete");
+    fern_cluster *c = nullptr;
+    ASSERT_EQ(0, fern_cluster_create(&c, 4));
+    const int N = (int)scaled(20000, 2000);
+    std::atomic<long> sum{0};
+    std::vector<fern_thread *> ts(N);
+    for (int i = 0; i < N; i++)
+        ASSERT_EQ(0, spawn_on(&ts[i], (i % 3) ? c : nullptr, [&, i] {
+            for (int k = 0; k < 3; k++) {
+                sum += i;
+                fern_yield();
+            }
+        }));
+    for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
+    EXPECT_EQ(3L * N * (N - 1) / 2, sum.load());
+    EXPECT_EQ(0, fern_cluster_destroy(c));
+}
+
+// CPU-bound threads spawned from a plain thread onto a 4-worker cluster end up
+// running on all 4 workers (idle workers are woken and steal).
+TEST(Sched, WorkSpreadsToAllWorkers) {
+    fern_cluster *c = nullptr;
+    ASSERT_EQ(0, fern_cluster_create(&c, 4));
+    std::set<const void *> seen;
+    std::mutex mu;
+    constexpr int N = 64;
+    std::vector<fern_thread *> ts(N);
+    for (int i = 0; i < N; i++)
+        ASSERT_EQ(0, spawn_on(&ts[i], c, [&] {
+            {
+                std::lock_guard<std::mutex> lk(mu);
+                seen.insert(worker_identity());
+            }
+            int64_t end = fern_now_ns() + ms(3);
+            while (fern_now_ns() < end) {
+            }
+        }));
+    for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
+    EXPECT_EQ(4u, seen.size()) << "threads ran on only " << seen.size() << " of 4 workers";
+    // Also when a green thread spawns them (local queue of one worker).
+    seen.clear();
+    fern_thread *parent = nullptr;
+    ASSERT_EQ(0, spawn_on(&parent, c, [&] {
+        std::vector<fern_thread *> kids(N);
+        for (auto &k : kids)
+            EXPECT_EQ(0, spawn(&k, nullptr, [&] {
+                {
+                    std::lock_guard<std::mutex> lk(mu);
+                    seen.insert(worker_identity());
+                }
+                int64_t end = fern_now_ns() + ms(3);
+                while (fern_now_ns() < end) {
+                }
+            }));
+        for (auto k : kids) EXPECT_EQ(0, fern_join(k, nullptr));
+    }));
+    ASSERT_EQ(0, fern_join(parent, nullptr));
+    EXPECT_EQ(4u, seen.size()) << "children of one thread stayed on " << seen.size() << " of 4 workers";
+    struct fern_stats s;
+    ASSERT_EQ(0, fern_stats(&s));
+    EXPECT_GT(s.steals, 0u);
+    EXPECT_EQ(0, fern_cluster_destroy(c));
+}
+
+double cpu_seconds() {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+           (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+// With every green thread parked (on a cond, on a long timed wait, on a
+// sleep), the process uses ~0% CPU.
+TEST(Sched, IdleProcessUsesNoCpu) {
+    fern_cluster *c = nullptr;
+    ASSERT_EQ(0, fern_cluster_create(&c, 3));
+    fern_mutex m = FERN_MUTEX_INIT;
+    fern_cond cv = FERN_COND_INIT;
+    bool release = false;
+    std::atomic<int> parked{0};
+    std::vector<fern_thread *> ts;
+    for (int i = 0; i < 100; i++) {
+        fern_thread *t = nullptr;
+        ASSERT_EQ(0, spawn_on(&t, (i & 1) ? c : nullptr, [&, i] {
+            fern_mutex_lock(&m);
+            parked++;
+            while (!release) {
+                if (i % 10 == 0) fern_cond_timedwait(&cv, &m, fern_now_ns() + ms(10000));
+                else fern_cond_wait(&cv, &m);
+            }
+            fern_mutex_unlock(&m);
+        }));
+        ts.push_back(t);
+    }
+    fern_thread *sleeper = nullptr;
+    ASSERT_EQ(0, spawn_on(&sleeper, c, [] { fern_sleep_ns(ms(800)); }));
+    ASSERT_TRUE(wait_until([&] { return parked.load() == 100; }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // let workers go idle
+    struct fern_stats s0, s1;
+    ASSERT_EQ(0, fern_stats(&s0));
+    double c0 = cpu_seconds();
+    int64_t t0 = fern_now_ns();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    double used = cpu_seconds() - c0;
+    double wall = (double)(fern_now_ns() - t0) / 1e9;
+    ASSERT_EQ(0, fern_stats(&s1));
+    EXPECT_LT(used, 0.03) << "idle process used " << used * 1000 << " ms CPU in " << wall * 1000 << " ms";
+    EXPECT_EQ(s0.switches, s1.switches) << "workers kept switching while everything was parked";
+    EXPECT_GT(s1.worker_sleeps, 0u);
+    fern_mutex_lock(&m);
+    release = true;
+    fern_cond_broadcast(&cv);
+    fern_mutex_unlock(&m);
+    for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
+    ASSERT_EQ(0, fern_join(sleeper, nullptr));
+    EXPECT_EQ(0, fern_cluster_destroy(c));
+}
+
+// A plain pthread's signal / spawn / unlock reaches a worker that is asleep.
+TEST(Sched, WakeupsFromPlainThreadsReachSleepingWorkers) {
+    Watchdog wd(60, "WakeupsFromPlainThreadsReachSleepingWorkers");
+    fern_cluster *c = nullptr;
+    ASSERT_EQ(0, fern_cluster_create(&c, 1));
+    fern_mutex m = FERN_MUTEX_INIT;
+    fern_cond cv = FERN_COND_INIT;
+    int seq = 0;
+    std::atomic<int64_t> woke_at{0};
+    constexpr int ROUNDS = 25;
+    fern_thread *w = nullptr;
+    ASSERT_EQ(0, spawn_on(&w, c, [&] {
+        fern_mutex_lock(&m);
+        for (int r = 1; r <= ROUNDS; r++) {
+            while (seq < r) fern_cond_wait(&cv, &m);
+            woke_at = fern_now_ns();
+        }
+        fern_mutex_unlock(&m);
+    }));
+    int64_t worst = 0;
+    for (int r = 1; r <= ROUNDS; r++) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));  // the worker sleeps
+        fern_mutex_lock(&m);
+        int64_t t0 = fern_now_ns();
+        seq = r;
+        fern_cond_signal(&cv);
+        fern_mutex_unlock(&m);
+        while (woke_at.load() < t0) std::this_thread::yield();
+        worst = std::max(worst, woke_at.load() - t0);
+    }
+    ASSERT_EQ(0, fern_join(w, nullptr));
+    EXPECT_LT(worst, ms(50)) << "wake-up from a plain thread took " << worst / 1000 << " us";
+
+    // Spawn onto an idle cluster from a plain thread: it starts promptly.
+    worst = 0;
+    for (int r = 0; r < 20; r++) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        std::atomic<int64_t> started{0};
+        int64_t t0 = fern_now_ns();
+        fern_thread *t = nullptr;
+        ASSERT_EQ(0, spawn_on(&t, c, [&] { started = fern_now_ns(); }));
+        while (started.load() == 0) std::this_thread::yield();
+        worst = std::max(worst, started.load() - t0);
+        ASSERT_EQ(0, fern_join(t, nullptr));
+    }
+    EXPECT_LT(worst, ms(50)) << "spawn onto an idle cluster took " << worst / 1000 << " us to run";
+
+    // A plain thread unlocking a mutex a parked green thread waits for.
+    ASSERT_EQ(0, fern_mutex_lock(&m));
+    std::atomic<int64_t> got{0};
+    fern_thread *t = nullptr;
+    ASSERT_EQ(0, spawn_on(&t, c, [&] {
+        fern_mutex_lock(&m);
+        got = fern_now_ns();
+        fern_mutex_unlock(&m);
+    }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    int64_t t0 = fern_now_ns();
+    ASSERT_EQ(0, fern_mutex_unlock(&m));
+    ASSERT_EQ(0, fern_join(t, nullptr));
+    EXPECT_LT(got.load() - t0, ms(50));
+    EXPECT_EQ(0, fern_cluster_destroy(c));
+}
+
+// Two threads handing off to each other through a cond on one worker must not
+// starve a third runnable thread (the hand-off chain is bounded).
+TEST(Sched, HandoffsDoNotStarveLocalQueue) {
+    Watchdog wd(30, "HandoffsDoNotStarveLocalQueue");
+    fern_cluster *c = nullptr;
+    ASSERT_EQ(0, fern_cluster_create(&c, 1));
+    fern_mutex m = FERN_MUTEX_INIT;
+    fern_cond cv = FERN_COND_INIT;
+    int turn = 0;
+    std::atomic<bool> stop{false};
+    std::atomic<long> rounds{0};
+    auto player = [&](int me) {
+        fern_mutex_lock(&m);
+        while (!stop.load()) {
+            while (turn != me && !stop.load()) fern_cond_wait(&cv, &m);
+            turn = 1 - me;
+            rounds++;
+            fern_cond_signal(&cv);
+        }
+        fern_cond_broadcast(&cv);
+        fern_mutex_unlock(&m);
+    };
+    fern_thread *a = nullptr, *b = nullptr, *third = nullptr;
+    ASSERT_EQ(0, spawn_on(&a, c, [&] { player(0); }));
+    ASSERT_EQ(0, spawn_on(&b, c, [&] { player(1); }));
+    ASSERT_EQ(0, spawn_on(&third, c, [&] {
+        while (rounds.load() < 1000) fern_yield();
+        stop = true;
+        fern_mutex_lock(&m);
+        fern_cond_broadcast(&cv);
+        fern_mutex_unlock(&m);
+    }));
+    ASSERT_EQ(0, fern_join(third, nullptr));
+    ASSERT_EQ(0, fern_join(a, nullptr));
+    ASSERT_EQ(0, fern_join(b, nullptr));
+    EXPECT_GE(rounds.load(), 1000);
+    EXPECT_EQ(0, fern_cluster_destroy(c));
+}
+
+// Threads still parked at shutdown are destroyed without running (no key
+// destructors), shutdown returns 0 and warns on stderr; the runtime restarts.
+std::atomic<int> g_dtor_runs{0};
+void dtor(void *) { g_dtor_runs++; }
+
+TEST(Sched, ShutdownWithParkedThreads) {
+    stop_runtime();
+    ASSERT_EQ(0, fern_init(nullptr));
+    fern_key k;
+    ASSERT_EQ(0, fern_key_create(&k, dtor));
+    static fern_mutex m = FERN_MUTEX_INIT;
+    static fern_cond cv = FERN_COND_INIT;
+    static std::atomic<int> parked{0}, resumed{0};
+    parked = 0;
+    resumed = 0;
+    g_dtor_runs = 0;
+    auto body = [](void *arg) -> void * {
+        fern_setspecific((fern_key)(uintptr_t)arg, (void *)1);
+        fern_mutex_lock(&m);
+        parked++;
+        fern_cond_wait(&cv, &m);
+        resumed++;
+        fern_mutex_unlock(&m);
+        return nullptr;
+    };
+    fern_cluster *c = nullptr;
+    ASSERT_EQ(0, fern_cluster_create(&c, 1));
+    fern_attr a{};
+    a.detached = true;
+    ASSERT_EQ(0, fern_spawn(nullptr, &a, body, (void *)(uintptr_t)k));
+    a.cluster = c;
+    ASSERT_EQ(0, fern_spawn(nullptr, &a, body, (void *)(uintptr_t)k));
+    fern_thread *j = nullptr;
+    ASSERT_EQ(0, fern_spawn(&j, nullptr, body, (void *)(uintptr_t)k));  // never joined
+    ASSERT_TRUE(wait_until([] { return parked.load() == 3; }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+
+    // Capture stderr around the shutdown.
+    fflush(stderr);
+    FILE *cap = tmpfile();
+    ASSERT_NE(nullptr, cap);
+    int saved = dup(2);
+    dup2(fileno(cap), 2);
+    int rc = fern_shutdown();
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    std::string err;
+    rewind(cap);
+    char buf[512];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, cap)) > 0) err.append(buf, n);
+    fclose(cap);
+
+    EXPECT_EQ(0, rc);
+    EXPECT_EQ(0, resumed.load()) << "parked threads ran during shutdown";
+    EXPECT_EQ(0, g_dtor_runs.load()) << "key destructors ran for destroyed threads";
+    EXPECT_FALSE(err.empty()) << "no warning on stderr about destroyed threads";
+    EXPECT_NE(std::string::npos, err.find('3')) << "warning does not count 3 threads: " << err;
+    EXPECT_FALSE(runtime_running());
+    // Restart works, and the old mutex (held by no one now) is usable.
+    fern_mutex_init(&m);
+    fern_cond_init(&cv);
+    ASSERT_EQ(0, fern_init(nullptr));
+    ASSERT_EQ(0, run_green([] {
+        EXPECT_EQ(0, fern_mutex_lock(&m));
+        EXPECT_EQ(0, fern_mutex_unlock(&m));
+    }));
+    struct fern_stats s;
+    ASSERT_EQ(0, fern_stats(&s));
+    EXPECT_EQ(1u, s.clusters);
+    EXPECT_EQ(0u, s.threads_live);
+    fern_key_delete(k);  // keys may or may not outlive a shutdown
+}
+
+} // namespace
