@@ -310,11 +310,11 @@ void stack_put(struct worker *w, struct stack *s)
                     sc->ndirty_cold--;
                     c->next = gp->dirty;
                     gp->dirty = c;
-                    gSTORE_RELAXED(&p->ndirty, p->ndirty + 1);
+                    STORE_RELAXED(&gp->ndirty, gp->ndirty + 1);
                 } else {
                     c->next = gp->clean;
                     gp->clean = c;
-                    gSTORE_RELAXED(&p->nclean, p->nclean + 1);
+                    STORE_RELAXED(&gp->nclean, gp->nclean + 1);
                 }
             }
             spin_unlock(&S.lock);
