@@ -139,8 +139,6 @@ int fern_stats(struct fern_stats *s)
     if (!s || !LOAD(&rt.running))
         return EINVAL;
     memset(s, 0, sizeof *s);
-    s->threads_live = LOAD_RELAXED(&rt.live);
-    s->threads_spawned = LOAD_RELAXED(&rt.spawned);
     s->migrations = LOAD_RELAXED(&rt.migrations);
     sched_stats(s);
     stack_stats(s);

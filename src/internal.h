@@ -156,7 +156,7 @@ struct stack {
 #define STACK_KEEP ((size_t)32 * 1024) /* bytes below the top never trimmed */
 
 struct stack_cache {
-    struct stack *hot;       /* LIFO, at most STACK_HOT, untrimmed */
+    struct stack *hot[STACK_HOT]; /* LIFO (top = nhot - 1), untrimmed */
     struct stack *cold;      /* LIFO, trimmed or waiting for a trim */
     uint32_t nhot, ncold;
     uint32_t ndirty_cold;
@@ -245,6 +245,9 @@ struct worker {
     struct stack_cache stacks[STACK_CLASSES];
     /* counters, written by the owner, read relaxed by fern_stats */
     uint64_t n_switches, n_steals, n_sleeps;
+    uint64_t n_spawned, n_exited;   /* threads spawned / ended on this worker */
+    uint64_t n_bound, n_unbound;    /* stacks bound / released here */
+    int64_t live_delta;             /* cluster's threads gained here (see cluster_live) */
 #ifdef FERN_ASAN
     const void *g0_lo;          /* the kernel thread's stack, for ASan switches */
     size_t g0_size;
@@ -258,7 +261,7 @@ struct fern_cluster {
     uint32_t idle_lock;
     uint32_t nidle;
     uint32_t stopping;
-    uint32_t live;              /* threads belonging to the cluster */
+    int64_t live_ext;           /* threads gained from outside its workers */
     unsigned nworkers;
     struct fern_cluster *next_cluster;
     struct worker *workers[];   /* nworkers pointers */
@@ -271,8 +274,10 @@ struct runtime {
     struct fern_cluster *clusters;   /* list, under boot_lock */
     size_t default_stack;
     uint64_t next_id;
-    uint64_t spawned, migrations;
-    uint64_t live;
+    uint64_t migrations;
+    uint64_t spawned_ext;       /* spawned from plain threads / other clusters */
+    /* counters of workers that were stopped */
+    uint64_t retired_spawned, retired_exited, retired_bound, retired_unbound;
     /* descriptor chunks */
     uint32_t chunk_lock;
     struct thread_chunk *chunks;
@@ -282,6 +287,9 @@ struct runtime {
 extern struct runtime rt;
 
 struct worker *worker_self(void);
+/* Bump a counter only its worker writes (others read it relaxed). */
+#define COUNT(p, d) STORE_RELAXED((p), *(p) + (d))
+int64_t cluster_live(struct fern_cluster *c);
 int sched_boot(const fern_config *cfg);
 void sched_park(after_fn fn, void *arg);
 void sched_ready(fern_thread *t);

@@ -464,6 +464,7 @@ void sched_spawned(fern_thread *t)
 static void after_migrate(struct worker *w, fern_thread *prev, void *arg)
 {
     struct fern_cluster *c = arg;
+    ADD_RELAXED(&c->live_ext, 1);
     inbox_push(c, prev);
     cluster_wake(c);
 }
@@ -477,8 +478,8 @@ int fern_migrate(fern_cluster *c)
         return EINVAL;
     if (self->cluster == c)
         return 0;
-    ADD_RELAXED(&c->live, 1);
-    __atomic_fetch_sub(&self->cluster->live, 1, __ATOMIC_RELEASE);
+    struct worker *w = worker_self();
+    COUNT(&w->live_delta, -1);
     self->cluster = c;
     ADD_RELAXED(&rt.migrations, 1);
     sched_park(after_migrate, c);
@@ -601,6 +602,17 @@ int cluster_start(struct fern_cluster **out, unsigned n)
     return 0;
 }
 
+/* Threads belonging to c: those gained from outside plus what each of its
+ * workers gained (spawns) minus lost (exits, migrations away). Exact when no
+ * thread of c is being spawned or migrated at the moment of the call. */
+int64_t cluster_live(struct fern_cluster *c)
+{
+    int64_t n = LOAD_RELAXED(&c->live_ext);
+    for (unsigned i = 0; i < c->nworkers; i++)
+        n += LOAD_RELAXED(&c->workers[i]->live_delta);
+    return n;
+}
+
 /* Stop and join c's workers and free it. Caller checked it is unused. */
 void cluster_stop(struct fern_cluster *c)
 {
@@ -616,6 +628,13 @@ void cluster_stop(struct fern_cluster *c)
         }
     rt.nclusters--;
     rt.nworkers -= c->nworkers;
+    for (unsigned i = 0; i < c->nworkers; i++) {
+        struct worker *w = c->workers[i];
+        rt.retired_spawned += w->n_spawned;
+        rt.retired_exited += w->n_exited;
+        rt.retired_bound += w->n_bound;
+        rt.retired_unbound += w->n_unbound;
+    }
     pthread_mutex_unlock(&rt.boot_lock);
     for (unsigned i = 0; i < c->nworkers; i++) {
         timers_free(c->workers[i]);
@@ -641,7 +660,7 @@ int fern_cluster_destroy(fern_cluster *c)
     struct worker *w = worker_self();
     if (w && w->cluster == c)
         return EBUSY;
-    if (LOAD(&c->live) != 0)
+    if (cluster_live(c) != 0)
         return EBUSY;
     cluster_stop(c);
     return 0;
@@ -748,7 +767,8 @@ int fern_shutdown(void)
                 (unsigned long long)abandoned);
     pthread_mutex_lock(&rt.boot_lock);
     rt.dflt = NULL;
-    rt.live = 0;
+    rt.spawned_ext = rt.retired_spawned = rt.retired_exited = 0;
+    rt.retired_bound = rt.retired_unbound = 0;
     stack_starved = 0;
     pthread_mutex_unlock(&rt.boot_lock);
     return 0;
@@ -756,7 +776,12 @@ int fern_shutdown(void)
 
 void sched_stats(struct fern_stats *s)
 {
+    uint64_t spawned, exited, bound, unbound;
     pthread_mutex_lock(&rt.boot_lock);
+    spawned = rt.retired_spawned + LOAD_RELAXED(&rt.spawned_ext);
+    exited = rt.retired_exited;
+    bound = rt.retired_bound;
+    unbound = rt.retired_unbound;
     for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster) {
         s->clusters++;
         for (unsigned i = 0; i < c->nworkers; i++) {
@@ -765,9 +790,16 @@ void sched_stats(struct fern_stats *s)
             s->switches += LOAD_RELAXED(&w->n_switches);
             s->steals += LOAD_RELAXED(&w->n_steals);
             s->worker_sleeps += LOAD_RELAXED(&w->n_sleeps);
+            spawned += LOAD_RELAXED(&w->n_spawned);
+            exited += LOAD_RELAXED(&w->n_exited);
+            bound += LOAD_RELAXED(&w->n_bound);
+            unbound += LOAD_RELAXED(&w->n_unbound);
         }
     }
     pthread_mutex_unlock(&rt.boot_lock);
+    s->threads_spawned = spawned;
+    s->threads_live = spawned - exited;
+    s->stacks_in_use = bound - unbound;
 }
 
 void sched_dump_clusters(FILE *f)
@@ -776,7 +808,7 @@ void sched_dump_clusters(FILE *f)
     for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster) {
         fprintf(f, "cluster %p%s: %u workers, %u idle, %u threads, inbox %u\n", (void *)c,
                 c == rt.dflt ? " (default)" : "", c->nworkers, LOAD_RELAXED(&c->nidle),
-                LOAD_RELAXED(&c->live), LOAD_RELAXED(&c->inbox_n));
+                (unsigned)cluster_live(c), LOAD_RELAXED(&c->inbox_n));
         for (unsigned i = 0; i < c->nworkers; i++) {
             struct worker *w = c->workers[i];
             uint32_t q = LOAD_RELAXED(&w->rq_tail) - LOAD_RELAXED(&w->rq_head);

@@ -76,12 +76,14 @@ static struct {
     struct slab *slabs;
     struct class_pool cls[STACK_CLASSES];
     fern_thread *starved;        /* threads waiting for a stack */
-    uint64_t mapped, in_use, trims, reserved;
+    uint64_t mapped, trims, reserved;
     uint64_t g_madvise, g_mprotect, g_canary;
     bool inited;
 } S;
 
 int stack_starved;
+
+static void pool_give(struct class_pool *p, struct stack *s);
 
 int stack_class(size_t size, size_t *rounded)
 {
@@ -219,9 +221,8 @@ struct stack *stack_get(struct worker *w, int cls)
 {
     struct stack_cache *sc = &w->stacks[cls];
     struct stack *s;
-    if ((s = sc->hot) != NULL) {
-        sc->hot = s->next;
-        sc->nhot--;
+    if (sc->nhot) {
+        s = sc->hot[--sc->nhot];
     } else if ((s = sc->cold) != NULL) {
         sc->cold = s->next;
         sc->ncold--;
@@ -259,7 +260,7 @@ struct stack *stack_get(struct worker *w, int cls)
     s->next = NULL;
     if (s->guard == FERN_GUARD_CANARY)
         *(uint64_t *)s->lo = STACK_CANARY;
-    ADD_RELAXED(&S.in_use, 1);
+    COUNT(&w->n_bound, 1);
     return s;
 }
 
@@ -282,17 +283,12 @@ static void unstarve_one(void)
 void stack_put(struct worker *w, struct stack *s)
 {
     struct stack_cache *sc = &w->stacks[s->cls];
-    __atomic_fetch_sub(&S.in_use, 1, __ATOMIC_RELAXED);
+    COUNT(&w->n_unbound, 1);
     s->dirty = 1;
-    s->next = sc->hot;
-    sc->hot = s;
-    if (++sc->nhot > STACK_HOT) {
+    if (sc->nhot == STACK_HOT) {
         /* The oldest hot stack turns cold: it will be trimmed when idle. */
-        struct stack *p = sc->hot;
-        while (p->next->next)
-            p = p->next;
-        struct stack *old = p->next;
-        p->next = NULL;
+        struct stack *old = sc->hot[0];
+        memmove(&sc->hot[0], &sc->hot[1], (STACK_HOT - 1) * sizeof sc->hot[0]);
         sc->nhot--;
         old->next = sc->cold;
         sc->cold = old;
@@ -306,20 +302,13 @@ void stack_put(struct worker *w, struct stack *s)
                 struct stack *c = sc->cold;
                 sc->cold = c->next;
                 sc->ncold--;
-                if (c->dirty) {
-                    sc->ndirty_cold--;
-                    c->next = gp->dirty;
-                    gp->dirty = c;
-                    STORE_RELAXED(&gp->ndirty, gp->ndirty + 1);
-                } else {
-                    c->next = gp->clean;
-                    gp->clean = c;
-                    STORE_RELAXED(&gp->nclean, gp->nclean + 1);
-                }
+                sc->ndirty_cold -= c->dirty;
+                pool_give(gp, c);
             }
             spin_unlock(&S.lock);
         }
     }
+    sc->hot[sc->nhot++] = s;
     if (unlikely(LOAD_RELAXED(&stack_starved)))
         unstarve_one();
 }
@@ -374,28 +363,32 @@ bool stack_trim_some(struct worker *w)
     return budget <= 0;
 }
 
+static void pool_give(struct class_pool *p, struct stack *s)
+{
+    if (s->dirty) {
+        s->next = p->dirty;
+        p->dirty = s;
+        STORE_RELAXED(&p->ndirty, p->ndirty + 1);
+    } else {
+        s->next = p->clean;
+        p->clean = s;
+        STORE_RELAXED(&p->nclean, p->nclean + 1);
+    }
+}
+
+/* A stopping worker hands its cached stacks to the global pool. */
 void stack_cache_flush(struct worker *w)
 {
     spin_lock(&S.lock);
     for (int c = 0; c < STACK_CLASSES; c++) {
         struct stack_cache *sc = &w->stacks[c];
-        struct class_pool *p = &S.cls[c];
-        struct stack *lists[2] = {sc->hot, sc->cold};
-        for (int i = 0; i < 2; i++) {
-            struct stack *s = lists[i];
-            while (s) {
-                struct stack *n = s->next;
-                if (s->dirty) {
-                    s->next = p->dirty;
-                    p->dirty = s;
-                    STORE_RELAXED(&p->ndirty, p->ndirty + 1);
-                } else {
-                    s->next = p->clean;
-                    p->clean = s;
-                    STORE_RELAXED(&p->nclean, p->nclean + 1);
-                }
-                s = n;
-            }
+        for (uint32_t i = 0; i < sc->nhot; i++)
+            pool_give(&S.cls[c], sc->hot[i]);
+        struct stack *s = sc->cold;
+        while (s) {
+            struct stack *n = s->next;
+            pool_give(&S.cls[c], s);
+            s = n;
         }
         memset(sc, 0, sizeof *sc);
     }
@@ -443,7 +436,6 @@ void stack_stats(struct fern_stats *st)
     st->guards_canary = S.g_canary;
     st->guard_mode = (fern_guard_mode)S.guard_mode;
     spin_unlock(&S.lock);
-    st->stacks_in_use = LOAD_RELAXED(&S.in_use);
     st->stack_trims = LOAD_RELAXED(&S.trims);
     /* Every carved stack is either bound to a thread or cached in a pool. */
     st->stacks_cached = st->stacks_mapped - st->stacks_in_use;

@@ -250,9 +250,13 @@ int fern_spawn(fern_thread **out, const fern_attr *attr, fern_fn fn, void *arg)
     t->tsan_fiber = __tsan_create_fiber(0);
 #endif
     STORE(&t->alloc, A_LIVE);
-    ADD_RELAXED(&c->live, 1);
-    ADD_RELAXED(&rt.spawned, 1);
-    ADD_RELAXED(&rt.live, 1);
+    if (w && w->cluster == c) {
+        COUNT(&w->n_spawned, 1);
+        COUNT(&w->live_delta, 1);
+    } else {
+        ADD_RELAXED(&rt.spawned_ext, 1);
+        ADD_RELAXED(&c->live_ext, 1);
+    }
     if (out)
         *out = t;
     sched_spawned(t);
@@ -270,8 +274,8 @@ static void after_exit(struct worker *w, fern_thread *prev, void *arg)
     stack_put(w, prev->stack);
     STORE_RELAXED(&prev->stack, NULL);
     prev->sp = NULL;
-    __atomic_fetch_sub(&prev->cluster->live, 1, __ATOMIC_RELEASE);
-    __atomic_fetch_sub(&rt.live, 1, __ATOMIC_RELAXED);
+    COUNT(&w->n_exited, 1);
+    COUNT(&w->live_delta, -1);
     spin_lock(&prev->tlock);
     prev->life |= L_EXITED;
     bool detached = prev->life & L_DETACHED;
