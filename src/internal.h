@@ -202,6 +202,7 @@ struct fern_thread {
     struct waiter *joiner;
     struct keyval *keys;
     uint64_t id;
+    uintptr_t eh[2];            /* the C++ runtime's caught-exception state */
     char name[32];
 #ifdef FERN_ASAN
     void *asan_fake;
@@ -237,6 +238,7 @@ struct worker {
     uint32_t sleep_word;        /* 1 while listed idle; waker stores 0 + wakes */
     uint32_t idle_listed;       /* under cluster->idle_lock */
     fern_thread g0;             /* the kernel thread's own context */
+    uintptr_t *eh;              /* this kernel thread's C++ exception globals, or NULL */
     pthread_t os;
     void *altstack;
     uint64_t id_next, id_end;

@@ -85,6 +85,13 @@ fern_thread *thread_current(void)
     return w->cur;
 }
 
+/* The C++ runtime keeps the stack of caught exceptions (what `throw;` and
+ * std::current_exception see) per kernel thread. A green thread that blocks
+ * inside a catch handler would otherwise find another green thread's
+ * exception there when it resumes, so each switch swaps those two words in
+ * and out of the thread descriptors. Weak: C programs have no C++ runtime. */
+extern uintptr_t *__cxa_get_globals(void) __attribute__((weak));
+
 static __thread char plain_token;
 
 void *self_token(void)
@@ -350,6 +357,12 @@ static void switch_to(struct worker *w, fern_thread *cur, fern_thread *next, boo
         *(uint64_t *)cur->stack->lo != STACK_CANARY)
         overflow_report(cur, cur->stack->lo);
     cur->saved_errno = errno_save();
+    if (w->eh) {
+        cur->eh[0] = w->eh[0];
+        cur->eh[1] = w->eh[1];
+        w->eh[0] = next->eh[0];
+        w->eh[1] = next->eh[1];
+    }
     w->cur = next;
     STORE_RELAXED(&next->run_state, T_RUNNING);
     STORE_RELAXED(&w->n_switches, w->n_switches + 1);
@@ -524,6 +537,8 @@ static void *worker_main(void *arg)
     struct worker *w = arg;
     tls_worker = w;
     w->cur = &w->g0;
+    if (__cxa_get_globals)
+        w->eh = __cxa_get_globals();
     altstack_setup(w);
 #ifdef FERN_TSAN
     w->g0.tsan_fiber = __tsan_get_current_fiber();
