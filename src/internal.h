@@ -108,34 +108,62 @@ int64_t timers_next(struct worker *w);
 void timers_free(struct worker *w);
 
 /* ---- waiters (wait.c) ---- */
-enum { W_WAITING = 0, W_WOKEN = 1, W_TIMEDOUT = 2 };
+enum { W_WAITING = 0, W_CLAIMED = 1, W_WOKEN = 2, W_TIMEDOUT = 3 };
 
-struct waiter {
+/* One blocked party: a green thread (parked) or an OS thread (futex on
+ * `state`). Its state leaves W_WAITING exactly once: to W_TIMEDOUT by its
+ * timer, or to W_CLAIMED by a waker, who then fills in result/index (and the
+ * waiter's data) and publishes W_WOKEN. */
+struct parker {
     uint32_t state;
-    int32_t result;
-    fern_thread *thread;     /* NULL: an OS thread blocked on the futex `state` */
-    struct waiter *next, *prev;
-    fern_waitq *q;           /* queue it is linked in; NULL once unlinked */
-    uint32_t *unlock;        /* spin lock released after park */
+    int32_t result;          /* set by the waker: 0 or an errno value */
+    int32_t index;           /* which waiter won (select case) */
+    fern_thread *thread;     /* NULL: an OS thread blocked on the futex */
+    void (*unlock)(void *);  /* run once the thread is parked */
+    void *unlock_arg;
     struct timer timer;
-    void *data;
 };
 
-/* Waiting: the caller holds *lock (or NULL) and has queued wt if it waits on a
- * queue. Parks/blocks until woken or the deadline passes; *lock is released
- * once the caller is safely parked. Returns W_WOKEN or W_TIMEDOUT. A timed
- * out waiter may still be linked on its queue: the caller unlinks it under
- * the queue's lock (waitq_unlink is a no-op if a waker already did). */
-int waiter_wait(struct waiter *wt, uint32_t *lock, int64_t deadline);
-/* Wake exactly once: returns true if this call won the waiter. */
-bool waiter_wake(struct waiter *wt);
+/* One place a parker waits: an entry on one wait queue. A select has one
+ * waiter per case, all sharing one parker. */
+struct waiter {
+    struct parker *p;
+    struct waiter *next, *prev;
+    fern_waitq *q;           /* queue it is linked in; NULL once unlinked */
+    void *data;              /* the element to send / where to receive */
+    void *token;             /* the waiting thread's identity (mutex owner) */
+    int64_t since;           /* when it first queued (mutex fairness) */
+    int32_t index;
+    struct parker own;       /* the parker, unless one is shared */
+};
+
 void waiter_init(struct waiter *wt);
+void parker_init(struct parker *p);
+/* Wait: the caller holds the queue locks and has queued its waiters; they are
+ * released by unlock(arg) once the caller is parked. Returns W_WOKEN or
+ * W_TIMEDOUT. A timed-out waiter may still be linked: the caller unlinks it
+ * under the queue's lock (waitq_unlink is a no-op if a waker already did). */
+int parker_wait(struct parker *p, void (*unlock)(void *), void *arg, int64_t deadline);
+/* parker_wait for a single waiter under one spin lock (or NULL). */
+int waiter_wait(struct waiter *wt, uint32_t *lock, int64_t deadline);
+/* Take the waiter's parker: true if this call won it (it is then W_CLAIMED
+ * and must be finished with waiter_release). */
+bool waiter_claim(struct waiter *wt);
+void waiter_release(struct waiter *wt, int result);
+/* claim + release(0). */
+bool waiter_wake(struct waiter *wt);
 
 void waitq_push(fern_waitq *q, struct waiter *wt);
+void waitq_push_front(fern_waitq *q, struct waiter *wt);
 void waitq_unlink(struct waiter *wt);
-/* Pop waiters until one is won (woken); returns true if one was. */
+/* Pop waiters until one is claimed; returns it (W_CLAIMED, to be released
+ * by the caller) or NULL. */
+struct waiter *waitq_claim_one(fern_waitq *q);
+/* Pop waiters until one is woken; returns true if one was. */
 bool waitq_wake_one(fern_waitq *q);
-int waitq_wake_all(fern_waitq *q);
+/* Wake every waiter with `result`; returns how many. */
+int waitq_wake_all_result(fern_waitq *q, int result);
+static inline int waitq_wake_all(fern_waitq *q) { return waitq_wake_all_result(q, 0); }
 static inline bool waitq_empty(const fern_waitq *q) { return q->head == NULL; }
 
 /* ---- stacks (stack.c) ---- */

@@ -1,11 +1,14 @@
 /*
  * The one waiting mechanism every blocking primitive uses.
  *
- * A waiter is one blocked party: a green thread (parked, resumed through the
- * scheduler) or an OS thread (blocked on a futex on the waiter's state word).
- * It may sit in two places at once, a wait queue and a timer heap; whoever
- * moves its state from W_WAITING first (waiter_wake -> W_WOKEN, the timer ->
- * W_TIMEDOUT) wins, the other does nothing (DESIGN invariant 2).
+ * A parker is one blocked party: a green thread (parked, resumed through the
+ * scheduler) or an OS thread (blocked on a futex on the parker's state word).
+ * It waits in one or more places at once (a waiter per wait queue: one for a
+ * mutex, one per case for a select) and maybe a timer; whoever moves its
+ * state from W_WAITING first (a waker -> W_CLAIMED, the timer -> W_TIMEDOUT)
+ * wins, the others do nothing (DESIGN invariant 2). A waker that claimed a
+ * parker fills in the result and the data, then publishes W_WOKEN, so the
+ * woken party never sees a half-delivered value.
  *
  * Visibility: the waiter is queued while the caller holds the queue's spin
  * lock; a green thread releases that lock only in the post-switch action,
@@ -53,73 +56,108 @@ void futex_wake(uint32_t *addr, int n)
     syscall(SYS_futex, addr, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, n, NULL, NULL, 0);
 }
 
+void parker_init(struct parker *p)
+{
+    memset(p, 0, sizeof *p);
+    p->timer.index = -1;
+}
+
 void waiter_init(struct waiter *wt)
 {
     memset(wt, 0, sizeof *wt);
-    wt->timer.index = -1;
+    wt->p = &wt->own;
+    wt->own.timer.index = -1;
 }
 
-static void waiter_timer_fire(struct timer *tm)
+static void parker_timer_fire(struct timer *tm)
 {
-    struct waiter *wt = (struct waiter *)((char *)tm - __builtin_offsetof(struct waiter, timer));
+    struct parker *p = (struct parker *)((char *)tm - __builtin_offsetof(struct parker, timer));
     uint32_t expect = W_WAITING;
-    fern_thread *t = wt->thread;
-    if (CAS(&wt->state, &expect, W_TIMEDOUT))
+    fern_thread *t = p->thread;
+    if (CAS(&p->state, &expect, W_TIMEDOUT))
         sched_ready(t);
 }
 
 /* Post-switch action of a parking green thread: arm its timer, then publish
- * it by releasing the queue lock. */
+ * it by releasing the queue locks. */
 static void after_wait(struct worker *w, fern_thread *prev, void *arg)
 {
-    struct waiter *wt = arg;
-    if (wt->timer.deadline != FERN_FOREVER)
-        timer_add(w, &wt->timer);
-    if (wt->unlock)
-        spin_unlock(wt->unlock);
+    struct parker *p = arg;
+    if (p->timer.deadline != FERN_FOREVER)
+        timer_add(w, &p->timer);
+    if (p->unlock)
+        p->unlock(p->unlock_arg);
 }
 
-int waiter_wait(struct waiter *wt, uint32_t *lock, int64_t deadline)
+int parker_wait(struct parker *p, void (*unlock)(void *), void *arg, int64_t deadline)
 {
     fern_thread *self = thread_current();
-    wt->timer.deadline = deadline;
+    p->timer.deadline = deadline;
     if (self) {
-        wt->thread = self;
-        wt->unlock = lock;
-        wt->timer.fire = waiter_timer_fire;
-        wt->timer.index = -1;
-        sched_park(after_wait, wt);
-        uint32_t st = LOAD(&wt->state);
+        p->thread = self;
+        p->unlock = unlock;
+        p->unlock_arg = arg;
+        p->timer.fire = parker_timer_fire;
+        p->timer.index = -1;
+        sched_park(after_wait, p);
+        uint32_t st = LOAD(&p->state);
         if (st == W_WOKEN && deadline != FERN_FOREVER)
-            timer_cancel(&wt->timer);
+            timer_cancel(&p->timer);
         return (int)st;
     }
-    wt->thread = NULL;
-    if (lock)
-        spin_unlock(lock);
+    p->thread = NULL;
+    if (unlock)
+        unlock(arg);
     for (;;) {
-        uint32_t st = LOAD(&wt->state);
-        if (st != W_WAITING)
+        uint32_t st = LOAD(&p->state);
+        if (st == W_WOKEN || st == W_TIMEDOUT)
             return (int)st;
-        int r = futex_wait(&wt->state, W_WAITING, deadline);
+        if (st == W_CLAIMED) {
+            sched_yield(); /* the waker is filling in the result */
+            continue;
+        }
+        int r = futex_wait(&p->state, W_WAITING, deadline);
         if (r == ETIMEDOUT || (deadline != FERN_FOREVER && fern_now_ns() >= deadline)) {
             uint32_t expect = W_WAITING;
-            if (CAS(&wt->state, &expect, W_TIMEDOUT))
+            if (CAS(&p->state, &expect, W_TIMEDOUT))
                 return W_TIMEDOUT;
         }
     }
 }
 
-bool waiter_wake(struct waiter *wt)
+static void unlock_spin(void *l) { spin_unlock(l); }
+
+int waiter_wait(struct waiter *wt, uint32_t *lock, int64_t deadline)
 {
-    fern_thread *t = wt->thread;
+    return parker_wait(wt->p, lock ? unlock_spin : NULL, lock, deadline);
+}
+
+bool waiter_claim(struct waiter *wt)
+{
     uint32_t expect = W_WAITING;
-    if (!CAS(&wt->state, &expect, W_WOKEN))
+    if (!CAS(&wt->p->state, &expect, W_CLAIMED))
         return false;
+    wt->p->index = wt->index;
+    return true;
+}
+
+void waiter_release(struct waiter *wt, int result)
+{
+    struct parker *p = wt->p;
+    fern_thread *t = p->thread;
+    p->result = result;
+    STORE(&p->state, W_WOKEN);
     if (t)
         sched_ready(t);
     else
-        futex_wake(&wt->state, 1); /* wt may be gone already: futex_wake on a stale address is harmless */
+        futex_wake(&p->state, 1); /* p may be gone already: futex_wake on a stale address is harmless */
+}
+
+bool waiter_wake(struct waiter *wt)
+{
+    if (!waiter_claim(wt))
+        return false;
+    waiter_release(wt, 0);
     return true;
 }
 
@@ -133,6 +171,18 @@ void waitq_push(fern_waitq *q, struct waiter *wt)
     else
         q->head = wt;
     q->tail = wt;
+}
+
+void waitq_push_front(fern_waitq *q, struct waiter *wt)
+{
+    wt->prev = NULL;
+    wt->next = q->head;
+    wt->q = q;
+    if (q->head)
+        ((struct waiter *)q->head)->prev = wt;
+    else
+        q->tail = wt;
+    q->head = wt;
 }
 
 void waitq_unlink(struct waiter *wt)
@@ -152,21 +202,33 @@ void waitq_unlink(struct waiter *wt)
     wt->next = wt->prev = NULL;
 }
 
-bool waitq_wake_one(fern_waitq *q)
+struct waiter *waitq_claim_one(fern_waitq *q)
 {
     struct waiter *wt;
     while ((wt = q->head) != NULL) {
         waitq_unlink(wt);
-        if (waiter_wake(wt))
-            return true;
+        if (waiter_claim(wt))
+            return wt;
     }
-    return false;
+    return NULL;
 }
 
-int waitq_wake_all(fern_waitq *q)
+bool waitq_wake_one(fern_waitq *q)
+{
+    struct waiter *wt = waitq_claim_one(q);
+    if (!wt)
+        return false;
+    waiter_release(wt, 0);
+    return true;
+}
+
+int waitq_wake_all_result(fern_waitq *q, int result)
 {
     int n = 0;
-    while (!waitq_empty(q))
-        n += waitq_wake_one(q);
+    struct waiter *wt;
+    while ((wt = waitq_claim_one(q)) != NULL) {
+        waiter_release(wt, result);
+        n++;
+    }
     return n;
 }
