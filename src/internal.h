@@ -229,6 +229,7 @@ struct fern_thread {
     const void *wait_obj;
     struct waiter *joiner;
     struct keyval *keys;
+    struct rdheld *rdheld;      /* read locks held (fern_rwlock), lazily allocated */
     uint64_t id;
     uintptr_t eh[2];            /* the C++ runtime's caught-exception state */
     char name[32];

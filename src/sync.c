@@ -50,35 +50,51 @@ int fern_mutex_destroy(fern_mutex *m)
     return waiters ? EBUSY : 0;
 }
 
+#define STARVE_NS 1000000 /* a waiter queued this long turns on hand-off */
+
 static int mutex_lock_slow(fern_mutex *m, int64_t deadline, void *self)
 {
     if (LOAD_RELAXED(&m->owner_) == self)
         return EDEADLK;
+    int64_t since = 0;
     for (;;) {
         if (__atomic_exchange_n(&m->state_, 2, __ATOMIC_ACQUIRE) == 0)
             break;
-        if (deadline != FERN_FOREVER && fern_now_ns() >= deadline)
+        int64_t now = fern_now_ns();
+        if (deadline != FERN_FOREVER && now >= deadline)
             return ETIMEDOUT;
+        if (!since)
+            since = now;
         struct waiter wt;
         waiter_init(&wt);
+        wt.token = self;
+        wt.since = since;
         spin_lock(&m->lock_);
         if (__atomic_exchange_n(&m->state_, 2, __ATOMIC_ACQUIRE) == 0) {
             spin_unlock(&m->lock_);
             break;
         }
-        waitq_push(&m->waiters_, &wt);
+        if (now - since > STARVE_NS) {
+            /* Starving: go first and make unlock hand the mutex over. */
+            STORE_RELAXED(&m->handoff_, 1);
+            waitq_push_front(&m->waiters_, &wt);
+        } else {
+            waitq_push(&m->waiters_, &wt);
+        }
         wait_note("mutex", m);
-        if (waiter_wait(&wt, &m->lock_, deadline) == W_TIMEDOUT) {
+        int st = waiter_wait(&wt, &m->lock_, deadline);
+        wait_note(NULL, NULL);
+        if (st == W_TIMEDOUT) {
             spin_lock(&m->lock_);
             waitq_unlink(&wt);
             spin_unlock(&m->lock_);
-            wait_note(NULL, NULL);
             /* The deadline passed, but the mutex may be free right now. */
             if (__atomic_exchange_n(&m->state_, 2, __ATOMIC_ACQUIRE) == 0)
                 break;
             return ETIMEDOUT;
         }
-        wait_note(NULL, NULL);
+        if (wt.p->result == 1)
+            return 0; /* handed over: unlock made us the owner */
     }
     STORE_RELAXED(&m->owner_, self);
     return 0;
@@ -121,12 +137,32 @@ int fern_mutex_trylock(fern_mutex *m)
     return 0;
 }
 
+/* Hand-off mode: pass the mutex, still locked, to the first waiter we win. */
+static bool mutex_handoff(fern_mutex *m)
+{
+    spin_lock(&m->lock_);
+    struct waiter *wt = waitq_claim_one(&m->waiters_);
+    if (!wt) {
+        STORE_RELAXED(&m->handoff_, 0);
+        spin_unlock(&m->lock_);
+        return false;
+    }
+    STORE_RELAXED(&m->owner_, wt->token);
+    if (waitq_empty(&m->waiters_) || fern_now_ns() - wt->since < STARVE_NS)
+        STORE_RELAXED(&m->handoff_, 0);
+    spin_unlock(&m->lock_);
+    waiter_release(wt, 1);
+    return true;
+}
+
 int fern_mutex_unlock(fern_mutex *m)
 {
     if (!m)
         return EINVAL;
     if (LOAD_RELAXED(&m->owner_) != self_token())
         return EPERM;
+    if (unlikely(LOAD_RELAXED(&m->handoff_)) && mutex_handoff(m))
+        return 0;
     STORE_RELAXED(&m->owner_, NULL);
     if (likely(__atomic_exchange_n(&m->state_, 0, __ATOMIC_RELEASE) == 1))
         return 0;
@@ -200,5 +236,436 @@ int fern_cond_broadcast(fern_cond *c)
     spin_lock(&c->lock_);
     waitq_wake_all(&c->waiters_);
     spin_unlock(&c->lock_);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Semaphore                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* A post hands its unit straight to a waiter it wins, so a woken waiter owns
+ * a unit and a timed-out one took none (exactly once, whatever the race). */
+
+int fern_sem_init(fern_sem *s, unsigned value)
+{
+    if (!s || value > FERN_SEM_VALUE_MAX)
+        return EINVAL;
+    memset(s, 0, sizeof *s);
+    s->value_ = value;
+    return 0;
+}
+
+int fern_sem_destroy(fern_sem *s)
+{
+    if (!s)
+        return EINVAL;
+    spin_lock(&s->lock_);
+    bool busy = !waitq_empty(&s->waiters_);
+    spin_unlock(&s->lock_);
+    return busy ? EBUSY : 0;
+}
+
+static int sem_take(fern_sem *s, int64_t deadline, bool try_only)
+{
+    if (!s || deadline < 0)
+        return EINVAL;
+    spin_lock(&s->lock_);
+    if (s->value_ > 0) {
+        STORE_RELAXED(&s->value_, s->value_ - 1);
+        spin_unlock(&s->lock_);
+        return 0;
+    }
+    if (try_only || (deadline != FERN_FOREVER && fern_now_ns() >= deadline)) {
+        spin_unlock(&s->lock_);
+        return try_only ? EAGAIN : ETIMEDOUT;
+    }
+    struct waiter wt;
+    waiter_init(&wt);
+    waitq_push(&s->waiters_, &wt);
+    wait_note("sem", s);
+    int st = waiter_wait(&wt, &s->lock_, deadline);
+    wait_note(NULL, NULL);
+    if (st == W_WOKEN)
+        return 0;
+    spin_lock(&s->lock_);
+    waitq_unlink(&wt);
+    spin_unlock(&s->lock_);
+    return ETIMEDOUT;
+}
+
+int fern_sem_wait(fern_sem *s) { return sem_take(s, FERN_FOREVER, false); }
+int fern_sem_trywait(fern_sem *s) { return sem_take(s, FERN_FOREVER, true); }
+int fern_sem_timedwait(fern_sem *s, int64_t deadline_ns) { return sem_take(s, deadline_ns, false); }
+
+int fern_sem_post(fern_sem *s)
+{
+    if (!s)
+        return EINVAL;
+    spin_lock(&s->lock_);
+    struct waiter *wt = waitq_claim_one(&s->waiters_);
+    if (!wt) {
+        if (s->value_ >= FERN_SEM_VALUE_MAX) {
+            spin_unlock(&s->lock_);
+            return EOVERFLOW;
+        }
+        STORE_RELAXED(&s->value_, s->value_ + 1);
+    }
+    spin_unlock(&s->lock_);
+    if (wt)
+        waiter_release(wt, 0);
+    return 0;
+}
+
+unsigned fern_sem_value(fern_sem *s) { return s ? LOAD_RELAXED(&s->value_) : 0; }
+
+/* ------------------------------------------------------------------------ */
+/* Reader-writer lock                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* Phases alternate so that neither side starves: while a writer waits, new
+ * readers queue; a writer's unlock admits every queued reader at once; the
+ * last reader out admits one writer. A waker grants the lock on the waiter's
+ * behalf (readers_++ or writer_ = its token) before waking it. Each thread
+ * remembers which read locks it holds, so unlocking one it does not hold is
+ * EPERM rather than silent corruption. */
+
+struct rdheld {
+    const void *lock[FERN_RWLOCK_READS_MAX];
+    uint32_t n;
+};
+
+static __thread struct rdheld plain_rdheld;
+
+static struct rdheld *rdheld_get(bool create)
+{
+    fern_thread *t = thread_current();
+    if (!t)
+        return &plain_rdheld;
+    if (!t->rdheld && create)
+        t->rdheld = calloc(1, sizeof *t->rdheld);
+    return t->rdheld;
+}
+
+static bool rdheld_has(struct rdheld *h, const void *rw)
+{
+    for (uint32_t i = 0; h && i < h->n; i++)
+        if (h->lock[i] == rw)
+            return true;
+    return false;
+}
+
+static bool rdheld_remove(struct rdheld *h, const void *rw)
+{
+    for (uint32_t i = 0; h && i < h->n; i++)
+        if (h->lock[i] == rw) {
+            h->lock[i] = h->lock[--h->n];
+            return true;
+        }
+    return false;
+}
+
+int fern_rwlock_init(fern_rwlock *rw)
+{
+    if (!rw)
+        return EINVAL;
+    memset(rw, 0, sizeof *rw);
+    return 0;
+}
+
+int fern_rwlock_destroy(fern_rwlock *rw)
+{
+    if (!rw)
+        return EINVAL;
+    spin_lock(&rw->lock_);
+    bool busy = rw->readers_ || rw->writer_ || !waitq_empty(&rw->readq_) ||
+                !waitq_empty(&rw->writeq_);
+    spin_unlock(&rw->lock_);
+    return busy ? EBUSY : 0;
+}
+
+/* Under lock_, with no writer: admit every queued reader. */
+static void rw_admit_readers(fern_rwlock *rw)
+{
+    struct waiter *wt;
+    while ((wt = waitq_claim_one(&rw->readq_)) != NULL) {
+        rw->readers_++;
+        waiter_release(wt, 0);
+    }
+}
+
+/* Under lock_, with no writer and no readers: admit one writer. */
+static bool rw_admit_writer(fern_rwlock *rw)
+{
+    struct waiter *wt = waitq_claim_one(&rw->writeq_);
+    if (!wt)
+        return false;
+    rw->writers_waiting_--;
+    STORE_RELAXED(&rw->writer_, wt->token);
+    waiter_release(wt, 0);
+    return true;
+}
+
+static int rw_rdlock(fern_rwlock *rw, int64_t deadline, bool try_only)
+{
+    if (!rw || deadline < 0)
+        return EINVAL;
+    void *self = self_token();
+    if (LOAD_RELAXED(&rw->writer_) == self)
+        return EDEADLK;
+    struct rdheld *h = rdheld_get(true);
+    if (!h)
+        return ENOMEM;
+    if (h->n == FERN_RWLOCK_READS_MAX)
+        return EAGAIN;
+    spin_lock(&rw->lock_);
+    if (!rw->writer_ && rw->writers_waiting_ == 0) {
+        rw->readers_++;
+        spin_unlock(&rw->lock_);
+        h->lock[h->n++] = rw;
+        return 0;
+    }
+    if (try_only || (deadline != FERN_FOREVER && fern_now_ns() >= deadline)) {
+        spin_unlock(&rw->lock_);
+        return try_only ? EBUSY : ETIMEDOUT;
+    }
+    struct waiter wt;
+    waiter_init(&wt);
+    wt.token = self;
+    waitq_push(&rw->readq_, &wt);
+    wait_note("rwlock (read)", rw);
+    int st = waiter_wait(&wt, &rw->lock_, deadline);
+    wait_note(NULL, NULL);
+    if (st == W_TIMEDOUT) {
+        spin_lock(&rw->lock_);
+        waitq_unlink(&wt);
+        spin_unlock(&rw->lock_);
+        return ETIMEDOUT;
+    }
+    h = rdheld_get(true); /* the thread may have resumed elsewhere: same table */
+    h->lock[h->n++] = rw;
+    return 0;
+}
+
+static int rw_wrlock(fern_rwlock *rw, int64_t deadline, bool try_only)
+{
+    if (!rw || deadline < 0)
+        return EINVAL;
+    void *self = self_token();
+    if (LOAD_RELAXED(&rw->writer_) == self || rdheld_has(rdheld_get(false), rw))
+        return EDEADLK;
+    spin_lock(&rw->lock_);
+    if (!rw->writer_ && rw->readers_ == 0) {
+        STORE_RELAXED(&rw->writer_, self);
+        spin_unlock(&rw->lock_);
+        return 0;
+    }
+    if (try_only || (deadline != FERN_FOREVER && fern_now_ns() >= deadline)) {
+        spin_unlock(&rw->lock_);
+        return try_only ? EBUSY : ETIMEDOUT;
+    }
+    struct waiter wt;
+    waiter_init(&wt);
+    wt.token = self;
+    rw->writers_waiting_++;
+    waitq_push(&rw->writeq_, &wt);
+    wait_note("rwlock (write)", rw);
+    int st = waiter_wait(&wt, &rw->lock_, deadline);
+    wait_note(NULL, NULL);
+    if (st == W_WOKEN)
+        return 0;
+    spin_lock(&rw->lock_);
+    waitq_unlink(&wt);
+    rw->writers_waiting_--;
+    /* Readers may have queued only because this writer waited. */
+    if (!rw->writer_ && rw->writers_waiting_ == 0)
+        rw_admit_readers(rw);
+    spin_unlock(&rw->lock_);
+    return ETIMEDOUT;
+}
+
+int fern_rwlock_rdlock(fern_rwlock *rw) { return rw_rdlock(rw, FERN_FOREVER, false); }
+int fern_rwlock_tryrdlock(fern_rwlock *rw) { return rw_rdlock(rw, FERN_FOREVER, true); }
+int fern_rwlock_timedrdlock(fern_rwlock *rw, int64_t d) { return rw_rdlock(rw, d, false); }
+int fern_rwlock_wrlock(fern_rwlock *rw) { return rw_wrlock(rw, FERN_FOREVER, false); }
+int fern_rwlock_trywrlock(fern_rwlock *rw) { return rw_wrlock(rw, FERN_FOREVER, true); }
+int fern_rwlock_timedwrlock(fern_rwlock *rw, int64_t d) { return rw_wrlock(rw, d, false); }
+
+int fern_rwlock_unlock(fern_rwlock *rw)
+{
+    if (!rw)
+        return EINVAL;
+    void *self = self_token();
+    spin_lock(&rw->lock_);
+    if (rw->writer_ == self) {
+        STORE_RELAXED(&rw->writer_, NULL);
+        if (!waitq_empty(&rw->readq_))
+            rw_admit_readers(rw);
+        if (rw->readers_ == 0)
+            rw_admit_writer(rw);
+        spin_unlock(&rw->lock_);
+        return 0;
+    }
+    if (rw->readers_ > 0 && rdheld_remove(rdheld_get(false), rw)) {
+        if (--rw->readers_ == 0 && !rw_admit_writer(rw))
+            rw_admit_readers(rw);
+        spin_unlock(&rw->lock_);
+        return 0;
+    }
+    spin_unlock(&rw->lock_);
+    return EPERM;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Barrier                                                                   */
+/* ------------------------------------------------------------------------ */
+
+int fern_barrier_init(fern_barrier *b, unsigned count)
+{
+    if (!b || count == 0)
+        return EINVAL;
+    memset(b, 0, sizeof *b);
+    b->count_ = count;
+    return 0;
+}
+
+int fern_barrier_destroy(fern_barrier *b)
+{
+    if (!b)
+        return EINVAL;
+    spin_lock(&b->lock_);
+    bool busy = !waitq_empty(&b->waiters_);
+    spin_unlock(&b->lock_);
+    return busy ? EBUSY : 0;
+}
+
+int fern_barrier_wait(fern_barrier *b)
+{
+    if (!b)
+        return EINVAL;
+    spin_lock(&b->lock_);
+    if (b->count_ == 0) {
+        spin_unlock(&b->lock_);
+        return EINVAL;
+    }
+    if (++b->arrived_ == b->count_) {
+        b->arrived_ = 0;
+        b->round_++;
+        waitq_wake_all(&b->waiters_);
+        spin_unlock(&b->lock_);
+        return FERN_BARRIER_SERIAL_THREAD;
+    }
+    struct waiter wt;
+    waiter_init(&wt);
+    waitq_push(&b->waiters_, &wt);
+    wait_note("barrier", b);
+    waiter_wait(&wt, &b->lock_, FERN_FOREVER);
+    wait_note(NULL, NULL);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Wait group                                                                */
+/* ------------------------------------------------------------------------ */
+
+int fern_wg_init(fern_wg *wg)
+{
+    if (!wg)
+        return EINVAL;
+    memset(wg, 0, sizeof *wg);
+    return 0;
+}
+
+int fern_wg_destroy(fern_wg *wg)
+{
+    if (!wg)
+        return EINVAL;
+    spin_lock(&wg->lock_);
+    bool busy = wg->count_ != 0 || !waitq_empty(&wg->waiters_);
+    spin_unlock(&wg->lock_);
+    return busy ? EBUSY : 0;
+}
+
+int fern_wg_add(fern_wg *wg, int64_t delta)
+{
+    if (!wg)
+        return EINVAL;
+    spin_lock(&wg->lock_);
+    int64_t n;
+    if (__builtin_add_overflow(wg->count_, delta, &n) || n < 0) {
+        spin_unlock(&wg->lock_);
+        return EINVAL;
+    }
+    STORE_RELAXED(&wg->count_, n);
+    if (n == 0)
+        waitq_wake_all(&wg->waiters_);
+    spin_unlock(&wg->lock_);
+    return 0;
+}
+
+int fern_wg_done(fern_wg *wg) { return fern_wg_add(wg, -1); }
+
+int fern_wg_timedwait(fern_wg *wg, int64_t deadline_ns)
+{
+    if (!wg || deadline_ns < 0)
+        return EINVAL;
+    spin_lock(&wg->lock_);
+    if (wg->count_ == 0) {
+        spin_unlock(&wg->lock_);
+        return 0;
+    }
+    if (deadline_ns != FERN_FOREVER && fern_now_ns() >= deadline_ns) {
+        spin_unlock(&wg->lock_);
+        return ETIMEDOUT;
+    }
+    struct waiter wt;
+    waiter_init(&wt);
+    waitq_push(&wg->waiters_, &wt);
+    wait_note("wait group", wg);
+    int st = waiter_wait(&wt, &wg->lock_, deadline_ns);
+    wait_note(NULL, NULL);
+    if (st == W_WOKEN)
+        return 0;
+    spin_lock(&wg->lock_);
+    waitq_unlink(&wt);
+    spin_unlock(&wg->lock_);
+    return ETIMEDOUT;
+}
+
+int fern_wg_wait(fern_wg *wg) { return fern_wg_timedwait(wg, FERN_FOREVER); }
+
+/* ------------------------------------------------------------------------ */
+/* Once                                                                      */
+/* ------------------------------------------------------------------------ */
+
+int fern_call_once(fern_once *o, void (*fn)(void))
+{
+    if (!o || !fn)
+        return EINVAL;
+    if (LOAD(&o->state_) == 2)
+        return 0;
+    void *self = self_token();
+    uint32_t z = 0;
+    if (CAS(&o->state_, &z, 1)) {
+        STORE_RELAXED(&o->runner_, self);
+        fn();
+        spin_lock(&o->lock_);
+        STORE(&o->state_, 2);
+        waitq_wake_all(&o->waiters_);
+        spin_unlock(&o->lock_);
+        return 0;
+    }
+    if (LOAD_RELAXED(&o->runner_) == self)
+        return EDEADLK;
+    spin_lock(&o->lock_);
+    if (LOAD(&o->state_) == 2) {
+        spin_unlock(&o->lock_);
+        return 0;
+    }
+    struct waiter wt;
+    waiter_init(&wt);
+    waitq_push(&o->waiters_, &wt);
+    wait_note("once", o);
+    waiter_wait(&wt, &o->lock_, FERN_FOREVER);
+    wait_note(NULL, NULL);
     return 0;
 }

@@ -89,6 +89,8 @@ void thread_free(struct worker *w, fern_thread *t)
         free(t->keys);
         t->keys = NULL;
     }
+    free(t->rdheld);
+    t->rdheld = NULL;
 #ifdef FERN_TSAN
     if (t->tsan_fiber) {
         __tsan_destroy_fiber(t->tsan_fiber);
@@ -122,6 +124,7 @@ void threads_fini(uint64_t *abandoned)
             if (t->alloc == A_LIVE) {
                 (*abandoned)++;
                 free(t->keys);
+                free(t->rdheld);
 #ifdef FERN_TSAN
                 if (t->tsan_fiber)
                     __tsan_destroy_fiber(t->tsan_fiber);
@@ -241,6 +244,7 @@ int fern_spawn(fern_thread **out, const fern_attr *attr, fern_fn fn, void *arg)
     STORE_RELAXED(&t->wait_what, NULL);
     t->joiner = NULL;
     t->keys = NULL;
+    t->rdheld = NULL;
     t->id = next_id(w);
     t->eh[0] = t->eh[1] = 0;
     name_copy(t, attr ? attr->name : NULL);

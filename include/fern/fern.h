@@ -207,10 +207,12 @@ typedef struct fern_waitq {
 } fern_waitq;
 
 typedef struct fern_mutex {
-    uint32_t state_;  /* 0 free, 1 locked, 2 locked with waiters */
-    uint32_t lock_;   /* guards waiters_ */
-    void *owner_;     /* holder's identity, for EPERM and fern_dump */
+    uint32_t state_;   /* 0 free, 1 locked, 2 locked with waiters */
+    uint32_t lock_;    /* guards waiters_ */
+    void *owner_;      /* holder's identity, for EPERM and fern_dump */
     fern_waitq waiters_;
+    uint32_t handoff_; /* 1: a waiter starved; unlock hands the mutex over */
+    uint32_t pad_;
 } fern_mutex;
 
 typedef struct fern_cond {
@@ -219,7 +221,7 @@ typedef struct fern_cond {
     fern_waitq waiters_;
 } fern_cond;
 
-#define FERN_MUTEX_INIT {0, 0, NULL, {NULL, NULL}}
+#define FERN_MUTEX_INIT {0, 0, NULL, {NULL, NULL}, 0, 0}
 #define FERN_COND_INIT {0, 0, {NULL, NULL}}
 
 /* Initialise (same as zeroing). Return 0; EINVAL if the pointer is NULL. */
@@ -229,6 +231,9 @@ int fern_mutex_init(fern_mutex *m);
 int fern_mutex_destroy(fern_mutex *m);
 
 /* Lock, parking (green) or blocking (plain) while another holds it.
+ * Fairness: a waiter that has waited more than 1 ms switches the mutex to
+ * hand-off mode, in which unlock passes it straight to the longest waiter, so
+ * no waiter starves behind threads that keep re-locking.
  * Return 0; EINVAL if m is NULL; EDEADLK if the caller already holds it. */
 int fern_mutex_lock(fern_mutex *m);
 
@@ -262,6 +267,194 @@ int fern_cond_timedwait(fern_cond *c, fern_mutex *m, int64_t deadline_ns);
 /* Wake one / every waiter. Return 0; EINVAL if c is NULL. */
 int fern_cond_signal(fern_cond *c);
 int fern_cond_broadcast(fern_cond *c);
+
+/* ------------------------------------------------------------------------ */
+/* Semaphore, rwlock, barrier, wait group, once                              */
+/* ------------------------------------------------------------------------ */
+
+/* Largest value a semaphore holds. */
+#define FERN_SEM_VALUE_MAX 2147483647u
+
+typedef struct fern_sem {
+    uint32_t lock_;
+    uint32_t value_;
+    fern_waitq waiters_;
+} fern_sem;
+#define FERN_SEM_INIT(v) {0, (v), {NULL, NULL}}
+
+/* Initialise with a value. Return 0; EINVAL if s is NULL or value exceeds
+ * FERN_SEM_VALUE_MAX. A zeroed fern_sem is a semaphore of value 0. */
+int fern_sem_init(fern_sem *s, unsigned value);
+/* Return 0; EINVAL if s is NULL; EBUSY if threads wait on it. */
+int fern_sem_destroy(fern_sem *s);
+/* Take one unit, waiting while the value is 0. Return 0; EINVAL if s is NULL. */
+int fern_sem_wait(fern_sem *s);
+/* Return 0; EAGAIN if the value is 0; EINVAL if s is NULL. */
+int fern_sem_trywait(fern_sem *s);
+/* Return 0; ETIMEDOUT if the deadline passed first (no unit taken); EINVAL if
+ * s is NULL or the deadline is negative. */
+int fern_sem_timedwait(fern_sem *s, int64_t deadline_ns);
+/* Add one unit (handed straight to a waiter if there is one).
+ * Return 0; EINVAL if s is NULL; EOVERFLOW if the value is FERN_SEM_VALUE_MAX. */
+int fern_sem_post(fern_sem *s);
+/* Current value (0 if s is NULL). */
+unsigned fern_sem_value(fern_sem *s);
+
+/* Reader-writer lock, writer-preferring: once a writer waits, new readers
+ * queue behind it, so writers do not starve. A thread that holds a read lock
+ * must not take it again while a writer waits (it would wait for itself). */
+typedef struct fern_rwlock {
+    uint32_t lock_;
+    uint32_t readers_;        /* read holders */
+    void *writer_;            /* write holder's identity, or NULL */
+    uint32_t writers_waiting_;
+    uint32_t pad_;
+    fern_waitq readq_, writeq_;
+} fern_rwlock;
+#define FERN_RWLOCK_INIT {0, 0, NULL, 0, 0, {NULL, NULL}, {NULL, NULL}}
+
+/* Return 0; EINVAL if rw is NULL. */
+int fern_rwlock_init(fern_rwlock *rw);
+/* Return 0; EINVAL if rw is NULL; EBUSY if held or waited on. */
+int fern_rwlock_destroy(fern_rwlock *rw);
+/* Return 0; EINVAL if rw is NULL; EDEADLK if the caller holds the write lock;
+ * EAGAIN if the caller already holds FERN_RWLOCK_READS_MAX read locks. */
+int fern_rwlock_rdlock(fern_rwlock *rw);
+/* As rdlock; EBUSY instead of waiting. */
+int fern_rwlock_tryrdlock(fern_rwlock *rw);
+/* As rdlock with a deadline; ETIMEDOUT if it passed first; EINVAL also for a
+ * negative deadline. */
+int fern_rwlock_timedrdlock(fern_rwlock *rw, int64_t deadline_ns);
+/* Return 0; EINVAL if rw is NULL; EDEADLK if the caller holds it (read or write). */
+int fern_rwlock_wrlock(fern_rwlock *rw);
+/* As wrlock; EBUSY instead of waiting. */
+int fern_rwlock_trywrlock(fern_rwlock *rw);
+/* As wrlock with a deadline; ETIMEDOUT if it passed first. */
+int fern_rwlock_timedwrlock(fern_rwlock *rw, int64_t deadline_ns);
+/* Release the caller's write lock or one of its read locks.
+ * Return 0; EINVAL if rw is NULL; EPERM if the caller holds neither. */
+int fern_rwlock_unlock(fern_rwlock *rw);
+/* Read locks one thread can hold at once (across all rwlocks). */
+#define FERN_RWLOCK_READS_MAX 16
+
+/* Barrier for a fixed number of threads. */
+typedef struct fern_barrier {
+    uint32_t lock_;
+    uint32_t count_;          /* threads per round */
+    uint32_t arrived_;
+    uint32_t round_;
+    fern_waitq waiters_;
+} fern_barrier;
+#define FERN_BARRIER_SERIAL_THREAD (-1)
+
+/* Return 0; EINVAL if b is NULL or count is 0. A zeroed barrier must be
+ * initialised before use (its count is 0: fern_barrier_wait says EINVAL). */
+int fern_barrier_init(fern_barrier *b, unsigned count);
+/* Return 0; EINVAL if b is NULL; EBUSY if threads wait on it. */
+int fern_barrier_destroy(fern_barrier *b);
+/* Wait until `count` threads have arrived. Returns FERN_BARRIER_SERIAL_THREAD
+ * in exactly one of them (the last to arrive) and 0 in the others; EINVAL if b
+ * is NULL or not initialised. */
+int fern_barrier_wait(fern_barrier *b);
+
+/* Wait group (Go's sync.WaitGroup): a counter and waiters for it to reach 0. */
+typedef struct fern_wg {
+    uint32_t lock_;
+    uint32_t pad_;
+    int64_t count_;
+    fern_waitq waiters_;
+} fern_wg;
+#define FERN_WG_INIT {0, 0, 0, {NULL, NULL}}
+
+/* Return 0; EINVAL if wg is NULL. */
+int fern_wg_init(fern_wg *wg);
+/* Return 0; EINVAL if wg is NULL; EBUSY if threads wait on it or the count is
+ * not 0. */
+int fern_wg_destroy(fern_wg *wg);
+/* Add delta (may be negative) to the counter; at 0 every waiter wakes.
+ * Return 0; EINVAL if wg is NULL or the counter would go below 0 (nothing
+ * changes then). */
+int fern_wg_add(fern_wg *wg, int64_t delta);
+/* fern_wg_add(wg, -1). */
+int fern_wg_done(fern_wg *wg);
+/* Wait for the counter to be 0. Return 0; EINVAL if wg is NULL. */
+int fern_wg_wait(fern_wg *wg);
+/* Return 0; ETIMEDOUT if the deadline passed first; EINVAL if wg is NULL or
+ * the deadline is negative. */
+int fern_wg_timedwait(fern_wg *wg, int64_t deadline_ns);
+
+/* Run-once. */
+typedef struct fern_once {
+    uint32_t state_;          /* 0 not run, 1 running, 2 done */
+    uint32_t lock_;
+    void *runner_;            /* identity of the thread running fn */
+    fern_waitq waiters_;
+} fern_once;
+#define FERN_ONCE_INIT {0, 0, NULL, {NULL, NULL}}
+
+/* Call fn exactly once per fern_once; callers that arrive while it runs wait
+ * for it to finish. fn may block. Return 0; EINVAL if o or fn is NULL;
+ * EDEADLK if fn itself calls fern_call_once on the same object. */
+int fern_call_once(fern_once *o, void (*fn)(void));
+
+/* ------------------------------------------------------------------------ */
+/* Channels                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct fern_chan fern_chan;
+
+/* Create a channel of elements of elem_size bytes holding up to capacity
+ * buffered elements (0 = unbuffered: a send waits for a receiver).
+ * Return 0; EINVAL if ch is NULL, elem_size is 0 or elem_size * capacity
+ * overflows; ENOMEM if the buffer cannot be allocated. */
+int fern_chan_create(fern_chan **ch, size_t elem_size, size_t capacity);
+/* Free a channel. Return 0; EINVAL if ch is NULL; EBUSY if threads wait on it
+ * (the channel is not freed then). */
+int fern_chan_destroy(fern_chan *ch);
+/* Close: no more sends. Receivers get what is buffered, then EPIPE; blocked
+ * senders wake with EPIPE. Return 0; EINVAL if ch is NULL; EPIPE if closed. */
+int fern_chan_close(fern_chan *ch);
+/* Send a copy of *elem, waiting for room or a receiver. Return 0; EINVAL if
+ * ch or elem is NULL; EPIPE if the channel is closed (before or while
+ * waiting: the element was not sent). */
+int fern_chan_send(fern_chan *ch, const void *elem);
+/* Return 0; EAGAIN if it would wait; EPIPE if closed; EINVAL as above. */
+int fern_chan_trysend(fern_chan *ch, const void *elem);
+/* Return 0; ETIMEDOUT if the deadline passed first (nothing sent); EPIPE if
+ * closed; EINVAL as above or for a negative deadline. */
+int fern_chan_timedsend(fern_chan *ch, const void *elem, int64_t deadline_ns);
+/* Receive into *elem (elem may be NULL to discard). Return 0; EINVAL if ch is
+ * NULL; EPIPE once the channel is closed and drained. */
+int fern_chan_recv(fern_chan *ch, void *elem);
+/* Return 0; EAGAIN if nothing is ready; EPIPE if closed and drained. */
+int fern_chan_tryrecv(fern_chan *ch, void *elem);
+/* Return 0; ETIMEDOUT if the deadline passed first (nothing received);
+ * EPIPE if closed and drained; EINVAL as above or for a negative deadline. */
+int fern_chan_timedrecv(fern_chan *ch, void *elem, int64_t deadline_ns);
+/* Buffered elements now / the capacity. */
+size_t fern_chan_len(fern_chan *ch);
+size_t fern_chan_cap(fern_chan *ch);
+
+typedef enum fern_select_op { FERN_SEND = 1, FERN_RECV = 2 } fern_select_op;
+
+typedef struct fern_select_case {
+    fern_chan *chan;          /* NULL: the case is never ready (as a nil channel in Go) */
+    fern_select_op op;
+    void *elem;               /* FERN_SEND: element to send; FERN_RECV: where to receive (may be NULL) */
+    int result;               /* out: 0, or EPIPE for the case that fired on a closed channel */
+} fern_select_case;
+
+/* Wait until one case can proceed and perform exactly that one (Go's select).
+ * Among cases ready at the same time one is chosen uniformly at random. A
+ * receive on a closed, drained channel is ready and fires with result EPIPE;
+ * a send on a closed channel is ready and fires with result EPIPE (nothing
+ * sent). deadline 0 (or any past deadline) makes it non-blocking.
+ * Returns the index of the case that fired (>= 0); -ETIMEDOUT if none became
+ * ready by the deadline; -EINVAL if cases is NULL with n > 0, n exceeds
+ * FERN_SELECT_MAX, an op is invalid, or n is 0 (or every chan NULL) with
+ * deadline FERN_FOREVER (it could never return). */
+int fern_select(fern_select_case *cases, size_t n, int64_t deadline_ns);
+#define FERN_SELECT_MAX 64
 
 /* ------------------------------------------------------------------------ */
 /* Introspection                                                             */

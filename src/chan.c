@@ -1,0 +1,330 @@
+/*
+ * Channels and select, with Go's semantics.
+ *
+ * A channel is a ring of `cap` elements plus two wait queues (blocked senders,
+ * blocked receivers) under one spin lock. Invariants under the lock: if
+ * receivers wait, the ring is empty; if senders wait, the ring is full (or the
+ * channel is unbuffered).
+ *
+ * Delivery is direct: a sender that finds a waiting receiver claims it (the
+ * CAS on its parker, DESIGN invariant 2), copies the element into the
+ * receiver's destination, then releases it; a receiver that empties a slot
+ * pulls the first waiting sender's element into the ring. A claimed waiter
+ * always gets its value; a waiter that timed out or whose select fired
+ * elsewhere loses the claim and is skipped, so every element is delivered
+ * exactly once.
+ *
+ * select: lock every distinct channel in address order (no lock-order
+ * deadlock between two selects), poll the cases in a random order and fire the
+ * first ready one; otherwise queue one waiter per case, all sharing one
+ * parker, and park; the channel locks are released after the switch. The
+ * first party to claim the parker decides which case fired; on wake-up the
+ * select unlinks its other waiters.
+ */
+#include "internal.h"
+
+struct fern_chan {
+    uint32_t lock;
+    uint32_t closed;
+    size_t elem_size, cap;
+    size_t head, count;
+    fern_waitq recvq, sendq;
+    char *buf;
+};
+
+int fern_chan_create(fern_chan **out, size_t elem_size, size_t capacity)
+{
+    size_t bytes;
+    if (!out || elem_size == 0 || __builtin_mul_overflow(elem_size, capacity, &bytes))
+        return EINVAL;
+    fern_chan *ch = calloc(1, sizeof *ch);
+    if (!ch)
+        return ENOMEM;
+    if (bytes) {
+        ch->buf = malloc(bytes);
+        if (!ch->buf) {
+            free(ch);
+            return ENOMEM;
+        }
+    }
+    ch->elem_size = elem_size;
+    ch->cap = capacity;
+    *out = ch;
+    return 0;
+}
+
+int fern_chan_destroy(fern_chan *ch)
+{
+    if (!ch)
+        return EINVAL;
+    spin_lock(&ch->lock);
+    bool busy = !waitq_empty(&ch->recvq) || !waitq_empty(&ch->sendq);
+    spin_unlock(&ch->lock);
+    if (busy)
+        return EBUSY;
+    free(ch->buf);
+    free(ch);
+    return 0;
+}
+
+int fern_chan_close(fern_chan *ch)
+{
+    if (!ch)
+        return EINVAL;
+    spin_lock(&ch->lock);
+    if (ch->closed) {
+        spin_unlock(&ch->lock);
+        return EPIPE;
+    }
+    STORE_RELAXED(&ch->closed, 1);
+    waitq_wake_all_result(&ch->recvq, EPIPE);
+    waitq_wake_all_result(&ch->sendq, EPIPE);
+    spin_unlock(&ch->lock);
+    return 0;
+}
+
+size_t fern_chan_len(fern_chan *ch)
+{
+    if (!ch)
+        return 0;
+    spin_lock(&ch->lock);
+    size_t n = ch->count;
+    spin_unlock(&ch->lock);
+    return n;
+}
+
+size_t fern_chan_cap(fern_chan *ch) { return ch ? ch->cap : 0; }
+
+static inline char *slot(fern_chan *ch, size_t i) { return ch->buf + (i % ch->cap) * ch->elem_size; }
+
+static inline void copy_out(fern_chan *ch, void *dst, const void *src)
+{
+    if (dst)
+        memcpy(dst, src, ch->elem_size);
+}
+
+/* Under the lock: try to send now. Returns 0 (sent), EPIPE (closed) or
+ * EAGAIN (would wait). *wake is a claimed receiver to release after unlock. */
+static int try_send_locked(fern_chan *ch, const void *elem, struct waiter **wake)
+{
+    if (ch->closed)
+        return EPIPE;
+    struct waiter *r = waitq_claim_one(&ch->recvq);
+    if (r) {
+        copy_out(ch, r->data, elem);
+        *wake = r;
+        return 0;
+    }
+    if (ch->count < ch->cap) {
+        memcpy(slot(ch, ch->head + ch->count), elem, ch->elem_size);
+        ch->count++;
+        return 0;
+    }
+    return EAGAIN;
+}
+
+/* Under the lock: try to receive now. Returns 0, EPIPE (closed and drained)
+ * or EAGAIN. *wake is a claimed sender to release after unlock. */
+static int try_recv_locked(fern_chan *ch, void *elem, struct waiter **wake)
+{
+    if (ch->count > 0) {
+        copy_out(ch, elem, slot(ch, ch->head));
+        ch->head = (ch->head + 1) % ch->cap;
+        ch->count--;
+        struct waiter *s = waitq_claim_one(&ch->sendq);
+        if (s) {
+            memcpy(slot(ch, ch->head + ch->count), s->data, ch->elem_size);
+            ch->count++;
+            *wake = s;
+        }
+        return 0;
+    }
+    struct waiter *s = waitq_claim_one(&ch->sendq);
+    if (s) {
+        copy_out(ch, elem, s->data);
+        *wake = s;
+        return 0;
+    }
+    return ch->closed ? EPIPE : EAGAIN;
+}
+
+static int chan_op(fern_chan *ch, void *elem, bool send, int64_t deadline, bool try_only)
+{
+    if (!ch || (send && !elem) || deadline < 0)
+        return EINVAL;
+    struct waiter *wake = NULL;
+    spin_lock(&ch->lock);
+    int r = send ? try_send_locked(ch, elem, &wake) : try_recv_locked(ch, elem, &wake);
+    if (r != EAGAIN || try_only || (deadline != FERN_FOREVER && fern_now_ns() >= deadline)) {
+        spin_unlock(&ch->lock);
+        if (wake)
+            waiter_release(wake, 0);
+        return r == EAGAIN && !try_only ? ETIMEDOUT : r;
+    }
+    struct waiter wt;
+    waiter_init(&wt);
+    wt.data = elem;
+    waitq_push(send ? &ch->sendq : &ch->recvq, &wt);
+    fern_thread *self = thread_current();
+    if (self) {
+        STORE_RELAXED(&self->wait_what, send ? "chan send" : "chan recv");
+        STORE_RELAXED(&self->wait_obj, ch);
+    }
+    int st = waiter_wait(&wt, &ch->lock, deadline);
+    if (self)
+        STORE_RELAXED(&self->wait_what, NULL);
+    if (st == W_WOKEN)
+        return wt.p->result;
+    spin_lock(&ch->lock);
+    waitq_unlink(&wt);
+    spin_unlock(&ch->lock);
+    return ETIMEDOUT;
+}
+
+int fern_chan_send(fern_chan *ch, const void *elem)
+{
+    return chan_op(ch, (void *)elem, true, FERN_FOREVER, false);
+}
+int fern_chan_trysend(fern_chan *ch, const void *elem)
+{
+    return chan_op(ch, (void *)elem, true, FERN_FOREVER, true);
+}
+int fern_chan_timedsend(fern_chan *ch, const void *elem, int64_t deadline_ns)
+{
+    return chan_op(ch, (void *)elem, true, deadline_ns, false);
+}
+int fern_chan_recv(fern_chan *ch, void *elem) { return chan_op(ch, elem, false, FERN_FOREVER, false); }
+int fern_chan_tryrecv(fern_chan *ch, void *elem) { return chan_op(ch, elem, false, FERN_FOREVER, true); }
+int fern_chan_timedrecv(fern_chan *ch, void *elem, int64_t deadline_ns)
+{
+    return chan_op(ch, elem, false, deadline_ns, false);
+}
+
+/* ------------------------------------------------------------------------ */
+/* select                                                                    */
+/* ------------------------------------------------------------------------ */
+
+struct lockset {
+    fern_chan *ch[FERN_SELECT_MAX];
+    size_t n;
+};
+
+static void lockset_unlock(void *arg)
+{
+    struct lockset *ls = arg;
+    for (size_t i = ls->n; i-- > 0;)
+        spin_unlock(&ls->ch[i]->lock);
+}
+
+static void lockset_lock(struct lockset *ls)
+{
+    for (size_t i = 0; i < ls->n; i++)
+        spin_lock(&ls->ch[i]->lock);
+}
+
+static uint64_t rand_next(void)
+{
+    static __thread uint64_t x;
+    if (!x)
+        x = (uint64_t)fern_now_ns() ^ (uint64_t)(uintptr_t)&x ^ 0x9e3779b97f4a7c15ull;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+}
+
+int fern_select(fern_select_case *cases, size_t n, int64_t deadline_ns)
+{
+    if ((!cases && n) || n > FERN_SELECT_MAX || deadline_ns < 0)
+        return -EINVAL;
+    struct lockset ls;
+    uint8_t order[FERN_SELECT_MAX];
+    ls.n = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (cases[i].op != FERN_SEND && cases[i].op != FERN_RECV)
+            return -EINVAL;
+        if (cases[i].op == FERN_SEND && cases[i].chan && !cases[i].elem)
+            return -EINVAL;
+        cases[i].result = 0;
+        fern_chan *c = cases[i].chan;
+        if (!c)
+            continue;
+        /* insertion into the sorted, distinct lock order */
+        size_t j = 0;
+        while (j < ls.n && ls.ch[j] < c)
+            j++;
+        if (j < ls.n && ls.ch[j] == c)
+            continue;
+        memmove(&ls.ch[j + 1], &ls.ch[j], (ls.n - j) * sizeof ls.ch[0]);
+        ls.ch[j] = c;
+        ls.n++;
+    }
+    if (ls.n == 0) {
+        if (deadline_ns == FERN_FOREVER)
+            return -EINVAL;
+        fern_sleep_until(deadline_ns);
+        return -ETIMEDOUT;
+    }
+    /* Poll in a uniformly random order (Fisher-Yates). */
+    for (size_t i = 0; i < n; i++) {
+        size_t j = (size_t)(rand_next() % (i + 1));
+        order[i] = order[j];
+        order[j] = (uint8_t)i;
+    }
+    lockset_lock(&ls);
+    for (size_t k = 0; k < n; k++) {
+        fern_select_case *c = &cases[order[k]];
+        if (!c->chan)
+            continue;
+        struct waiter *wake = NULL;
+        int r = c->op == FERN_SEND ? try_send_locked(c->chan, c->elem, &wake)
+                                   : try_recv_locked(c->chan, c->elem, &wake);
+        if (r == EAGAIN)
+            continue;
+        lockset_unlock(&ls);
+        if (wake)
+            waiter_release(wake, 0);
+        c->result = r;
+        return order[k];
+    }
+    if (deadline_ns != FERN_FOREVER && fern_now_ns() >= deadline_ns) {
+        lockset_unlock(&ls);
+        return -ETIMEDOUT;
+    }
+    struct waiter stackw[8];
+    struct waiter *w = n <= 8 ? stackw : malloc(n * sizeof *w);
+    if (!w) {
+        lockset_unlock(&ls);
+        return -ENOMEM;
+    }
+    struct parker p;
+    parker_init(&p);
+    for (size_t i = 0; i < n; i++) {
+        waiter_init(&w[i]);
+        if (!cases[i].chan)
+            continue;
+        w[i].p = &p;
+        w[i].index = (int32_t)i;
+        w[i].data = cases[i].elem;
+        waitq_push(cases[i].op == FERN_SEND ? &cases[i].chan->sendq : &cases[i].chan->recvq,
+                   &w[i]);
+    }
+    fern_thread *self = thread_current();
+    if (self) {
+        STORE_RELAXED(&self->wait_what, "select");
+        STORE_RELAXED(&self->wait_obj, cases);
+    }
+    int st = parker_wait(&p, lockset_unlock, &ls, deadline_ns);
+    if (self)
+        STORE_RELAXED(&self->wait_what, NULL);
+    lockset_lock(&ls);
+    for (size_t i = 0; i < n; i++)
+        waitq_unlink(&w[i]);
+    lockset_unlock(&ls);
+    if (w != stackw)
+        free(w);
+    if (st == W_TIMEDOUT)
+        return -ETIMEDOUT;
+    cases[p.index].result = p.result;
+    return p.index;
+}
