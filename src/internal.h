@@ -137,8 +137,29 @@ struct waiter {
     struct parker own;       /* the parker, unless one is shared */
 };
 
-void waiter_init(struct waiter *wt);
-void parker_init(struct parker *p);
+static inline void parker_init(struct parker *p)
+{
+    p->state = W_WAITING;
+    p->result = 0;
+    p->index = 0;
+    p->thread = NULL;
+    p->unlock = NULL;
+    p->timer.index = -1;
+    p->timer.owner = NULL;
+}
+
+/* Field by field, not memset: this is on every blocking path. */
+static inline void waiter_init(struct waiter *wt)
+{
+    wt->p = &wt->own;
+    wt->next = wt->prev = NULL;
+    wt->q = NULL;
+    wt->data = NULL;
+    wt->token = NULL;
+    wt->since = 0;
+    wt->index = 0;
+    parker_init(&wt->own);
+}
 /* Wait: the caller holds the queue locks and has queued its waiters; they are
  * released by unlock(arg) once the caller is parked. Returns W_WOKEN or
  * W_TIMEDOUT. A timed-out waiter may still be linked: the caller unlinks it
@@ -324,11 +345,15 @@ int64_t cluster_live(struct fern_cluster *c);
 int sched_boot(const fern_config *cfg);
 void sched_park(after_fn fn, void *arg);
 void sched_ready(fern_thread *t);
-void sched_yield_green(void);
+void sched_yield_green(struct worker *w);
 /* The calling thread's identity for mutex ownership: its fern_thread, or a
  * per-OS-thread token for plain threads. */
 void *self_token(void);
-fern_thread *thread_current(void);
+static inline fern_thread *thread_current(void)
+{
+    struct worker *w = worker_self();
+    return w && w->cur != &w->g0 ? w->cur : NULL;
+}
 int cluster_start(struct fern_cluster **out, unsigned nworkers);
 void cluster_stop(struct fern_cluster *c);
 void cluster_wake(struct fern_cluster *c);

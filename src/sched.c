@@ -77,14 +77,6 @@ int64_t fern_now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-fern_thread *thread_current(void)
-{
-    struct worker *w = worker_self();
-    if (!w || w->cur == &w->g0)
-        return NULL;
-    return w->cur;
-}
-
 /* The C++ runtime keeps the stack of caught exceptions (what `throw;` and
  * std::current_exception see) per kernel thread. A green thread that blocks
  * inside a catch handler would otherwise find another green thread's
@@ -426,9 +418,8 @@ static void after_requeue(struct worker *w, fern_thread *prev, void *arg)
     runq_put(w, prev);
 }
 
-void sched_yield_green(void)
+void sched_yield_green(struct worker *w)
 {
-    struct worker *w = worker_self();
     fern_thread *cur = w->cur;
     fern_thread *next;
     while ((next = pick_next(w)) != NULL && !next->sp && !stack_bind(w, next))
@@ -501,8 +492,9 @@ int fern_migrate(fern_cluster *c)
 
 void fern_yield(void)
 {
-    if (thread_current())
-        sched_yield_green();
+    struct worker *w = worker_self();
+    if (w && w->cur != &w->g0)
+        sched_yield_green(w);
     else
         sched_yield();
 }

@@ -56,19 +56,6 @@ void futex_wake(uint32_t *addr, int n)
     syscall(SYS_futex, addr, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, n, NULL, NULL, 0);
 }
 
-void parker_init(struct parker *p)
-{
-    memset(p, 0, sizeof *p);
-    p->timer.index = -1;
-}
-
-void waiter_init(struct waiter *wt)
-{
-    memset(wt, 0, sizeof *wt);
-    wt->p = &wt->own;
-    wt->own.timer.index = -1;
-}
-
 static void parker_timer_fire(struct timer *tm)
 {
     struct parker *p = (struct parker *)((char *)tm - __builtin_offsetof(struct parker, timer));
