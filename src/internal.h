@@ -287,6 +287,7 @@ struct worker {
     /* idle protocol */
     uint32_t sleep_word;        /* 1 while listed idle; waker stores 0 + wakes */
     uint32_t idle_listed;       /* under cluster->idle_lock */
+    uint32_t in_epoll;          /* sleeping in epoll_wait as the poll owner */
     fern_thread g0;             /* the kernel thread's own context */
     uintptr_t *eh;              /* this kernel thread's C++ exception globals, or NULL */
     pthread_t os;
@@ -371,6 +372,18 @@ bool stack_bind(struct worker *w, fern_thread *t);
 void *fern_ctx_switch(void **save_sp, void *new_sp, void *arg);
 void fern_ctx_entry(void);
 void *ctx_init(char *top, fern_thread *self);
+
+/* io.c */
+int io_init(void);
+void io_fini(void);
+bool io_active(void);
+bool io_poll_owned(void);
+int io_poll_nonblocking(void);
+bool io_sleep(struct worker *w, int64_t deadline);
+void io_wake(void);
+
+/* blocking.c */
+void blocking_fini(void);
 
 /* debug.c */
 void overflow_report(fern_thread *t, const void *addr) __attribute__((noreturn));

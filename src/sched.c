@@ -248,8 +248,12 @@ void cluster_wake(struct fern_cluster *c)
         }
     }
     spin_unlock(&c->idle_lock);
-    if (pick)
+    if (pick) {
         futex_wake(&pick->sleep_word, 1);
+        full_fence(); /* sleep_word = 0 before reading in_epoll: see io_sleep */
+        if (LOAD(&pick->in_epoll))
+            io_wake();
+    }
 }
 
 static void cluster_wake_all(struct fern_cluster *c)
@@ -265,6 +269,7 @@ static void cluster_wake_all(struct fern_cluster *c)
         futex_wake(&v->sleep_word, 1);
     }
     spin_unlock(&c->idle_lock);
+    io_wake();
 }
 
 static bool cluster_has_work(struct worker *w)
@@ -290,7 +295,8 @@ static void worker_sleep(struct worker *w)
     if (!cluster_has_work(w) && !stack_trim_some(w)) {
         int64_t deadline = timers_next(w);
         STORE_RELAXED(&w->n_sleeps, w->n_sleeps + 1);
-        futex_wait(&w->sleep_word, 1, deadline);
+        if (!io_sleep(w, deadline))
+            futex_wait(&w->sleep_word, 1, deadline);
     }
     spin_lock(&c->idle_lock);
     if (w->idle_listed) {
@@ -378,6 +384,11 @@ static void switch_to(struct worker *w, fern_thread *cur, fern_thread *next, boo
 #endif
     w = worker_self();
     run_after(w);
+    /* A busy worker still serves ready fds: poll now and then, here where
+     * the resumed thread holds no queue locks (a parking thread does, so
+     * pick_next must not dispatch events). */
+    if (unlikely((w->tick & 63) == 0) && io_active() && !io_poll_owned())
+        io_poll_nonblocking();
     errno_restore(cur->saved_errno);
 }
 
@@ -520,6 +531,8 @@ static fern_thread *find_work(struct worker *w)
             if ((t = runq_steal(w, v)) != NULL)
                 return t;
         }
+        if (io_poll_nonblocking())
+            continue;
         worker_sleep(w);
     }
 }
@@ -730,6 +743,8 @@ int fern_init(const fern_config *cfg)
     int r = stack_init();
     if (r == 0)
         r = signals_install();
+    if (r == 0)
+        r = io_init();
     rt.default_stack = c.stack_size;
     pthread_mutex_unlock(&rt.boot_lock);
     if (r)
@@ -737,6 +752,7 @@ int fern_init(const fern_config *cfg)
     struct fern_cluster *d;
     r = cluster_start(&d, c.workers);
     if (r) {
+        io_fini();
         stack_fini();
         return r;
     }
@@ -766,8 +782,10 @@ int fern_shutdown(void)
             break;
         cluster_stop(c);
     }
+    blocking_fini();
     uint64_t abandoned = 0;
     threads_fini(&abandoned);
+    io_fini();
     stack_fini();
     if (abandoned)
         fprintf(stderr, "fern: shutdown destroyed %llu green thread(s) that had not finished\n",

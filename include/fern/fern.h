@@ -19,6 +19,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -455,6 +458,90 @@ typedef struct fern_select_case {
  * deadline FERN_FOREVER (it could never return). */
 int fern_select(fern_select_case *cases, size_t n, int64_t deadline_ns);
 #define FERN_SELECT_MAX 64
+
+/* ------------------------------------------------------------------------ */
+/* I/O                                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* Blocking-style I/O that parks the green thread instead of the worker.
+ * The first fern_* call on an fd switches it to O_NONBLOCK and registers it,
+ * edge-triggered, with the runtime's epoll poller; the registration lasts
+ * until fern_close. An fd used with these calls must be closed with
+ * fern_close (a plain close(2) leaves a stale registration that a new fd with
+ * the same number would inherit).
+ *
+ * POSIX shape: they return what the system call returns, -1 with errno on
+ * error. They first try the system call; only on EAGAIN does a green thread
+ * park until the fd is ready (a plain thread blocks in poll(2)).
+ *
+ * Deadlines, per fd (as Go's SetDeadline): fern_fd_set_deadline sets
+ * absolute deadlines for reads and writes on an fd; a call that would wait
+ * past its deadline fails with errno ETIMEDOUT (nothing was transferred). A
+ * deadline stays until changed; FERN_FOREVER (the default) removes it.
+ * fern_wait_fd takes its own deadline as well. */
+
+#define FERN_READ 1
+#define FERN_WRITE 2
+
+/* Set the read and write deadlines of fd (absolute, fern_now_ns() based;
+ * FERN_FOREVER for none). Threads already waiting see the new deadline when
+ * they next wake. Return 0; EBADF if fd is negative or above the fd limit. */
+int fern_fd_set_deadline(int fd, int64_t read_deadline, int64_t write_deadline);
+
+/* Wait until fd is readable (FERN_READ) and/or writable (FERN_WRITE), or the
+ * deadline passes. Returns the ready events (> 0), 0 on timeout, -1 with
+ * errno EBADF if fd is bad or closed with fern_close while waiting, EINVAL if
+ * events is 0 or has unknown bits, EBUSY if another thread already waits for
+ * the same direction on fd (one reader and one writer per fd). */
+int fern_wait_fd(int fd, int events, int64_t deadline_ns);
+
+ssize_t fern_read(int fd, void *buf, size_t n);
+ssize_t fern_write(int fd, const void *buf, size_t n);
+ssize_t fern_readv(int fd, const struct iovec *iov, int iovcnt);
+ssize_t fern_writev(int fd, const struct iovec *iov, int iovcnt);
+ssize_t fern_recv(int fd, void *buf, size_t n, int flags);
+ssize_t fern_send(int fd, const void *buf, size_t n, int flags);
+ssize_t fern_recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *from,
+                      socklen_t *fromlen);
+ssize_t fern_sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *to,
+                    socklen_t tolen);
+ssize_t fern_recvmsg(int fd, struct msghdr *msg, int flags);
+ssize_t fern_sendmsg(int fd, const struct msghdr *msg, int flags);
+
+/* accept4(2) that parks. The new fd is non-blocking and ready for fern_*
+ * calls (SOCK_NONBLOCK is always added to flags). On EMFILE/ENFILE it returns
+ * -1 at once with that errno: the caller should back off (for example
+ * fern_sleep_ns) rather than retry in a loop. */
+int fern_accept(int fd, struct sockaddr *addr, socklen_t *addrlen, int flags);
+
+/* connect(2) that parks: makes fd non-blocking, starts the connection, waits
+ * for writability (within fd's write deadline), then reports SO_ERROR.
+ * Returns 0, or -1 with errno (ECONNREFUSED, ETIMEDOUT, ...). */
+int fern_connect(int fd, const struct sockaddr *addr, socklen_t addrlen);
+
+/* Close fd: threads parked in fern_* calls on it wake with EBADF, the poller
+ * forgets it, then close(2). Returns close(2)'s result. */
+int fern_close(int fd);
+
+/* ------------------------------------------------------------------------ */
+/* Blocking pool                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* Run fn(arg) on a helper kernel thread while the calling green thread is
+ * parked, and return its result: for work that cannot be made non-blocking
+ * (regular files, getaddrinfo and other DNS look-ups, foreign libraries that
+ * block). The pool starts threads on demand up to $FERN_BLOCKING_MAX (default
+ * 64) and stops threads idle for 10 seconds. From a plain thread fn runs on
+ * the caller. fn must not call fern functions that park (it runs on a plain
+ * thread: they would block it, which is allowed but wastes the helper).
+ * Returns fn's result; if fn is NULL returns NULL with errno EINVAL. errno set
+ * by fn is carried back to the caller. */
+void *fern_blocking(void *(*fn)(void *), void *arg);
+
+/* pread(2) / pwrite(2) run through fern_blocking (regular files never report
+ * EAGAIN, so epoll cannot help them). */
+ssize_t fern_pread(int fd, void *buf, size_t n, int64_t offset);
+ssize_t fern_pwrite(int fd, const void *buf, size_t n, int64_t offset);
 
 /* ------------------------------------------------------------------------ */
 /* Introspection                                                             */

@@ -1,0 +1,164 @@
+/*
+ * The blocking pool: helper kernel threads for work that cannot be made
+ * non-blocking (regular files, DNS, foreign libraries).
+ *
+ * A green thread calling fern_blocking parks; its job is queued only in the
+ * post-switch action (park after save), a helper runs it and wakes the thread
+ * through its waiter, which sends it back to its cluster's inbox. Helpers are
+ * started on demand (a job queued while no helper is idle) up to `max`, and
+ * stop after HELPER_IDLE_NS without work. fern_shutdown stops them all.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HELPER_IDLE_NS (10 * 1000000000ll)
+#define HELPERS_DEFAULT 64u
+
+struct job {
+    void *(*fn)(void *);
+    void *arg;
+    void *result;
+    int err;
+    struct waiter wt;
+    struct job *next;
+};
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t work, gone;
+    struct job *head, *tail;
+    unsigned nthreads, nidle, max;
+    bool stopping;
+} BP = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
+        NULL, NULL, 0, 0, 0, false};
+
+static void *helper_main(void *arg)
+{
+    pthread_mutex_lock(&BP.mu);
+    for (;;) {
+        while (!BP.head && !BP.stopping) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += HELPER_IDLE_NS / 1000000000;
+            BP.nidle++;
+            int r = pthread_cond_timedwait(&BP.work, &BP.mu, &ts);
+            BP.nidle--;
+            if (r == ETIMEDOUT && !BP.head)
+                goto out;
+        }
+        if (!BP.head)
+            break; /* stopping and no work left */
+        struct job *j = BP.head;
+        BP.head = j->next;
+        if (!BP.head)
+            BP.tail = NULL;
+        pthread_mutex_unlock(&BP.mu);
+        errno = 0;
+        j->result = j->fn(j->arg);
+        j->err = errno;
+        waiter_wake(&j->wt);
+        pthread_mutex_lock(&BP.mu);
+    }
+out:
+    BP.nthreads--;
+    pthread_cond_broadcast(&BP.gone);
+    pthread_mutex_unlock(&BP.mu);
+    return NULL;
+}
+
+/* Post-switch action of the parked caller: queue its job, start a helper if
+ * none is idle. */
+static void job_publish(void *arg)
+{
+    struct job *j = arg;
+    pthread_mutex_lock(&BP.mu);
+    if (!BP.max) {
+        const char *s = getenv("FERN_BLOCKING_MAX");
+        long v = s ? strtol(s, NULL, 10) : 0;
+        BP.max = v > 0 && v < 100000 ? (unsigned)v : HELPERS_DEFAULT;
+    }
+    j->next = NULL;
+    if (BP.tail)
+        BP.tail->next = j;
+    else
+        BP.head = j;
+    BP.tail = j;
+    if (BP.nidle == 0 && BP.nthreads < BP.max) {
+        pthread_t t;
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &a, helper_main, NULL) == 0)
+            BP.nthreads++;
+        else if (BP.nthreads == 0) {
+            static int warned;
+            if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+                fprintf(stderr, "fern: cannot start a blocking-pool thread; jobs wait\n");
+        }
+        pthread_attr_destroy(&a);
+    }
+    pthread_cond_signal(&BP.work);
+    pthread_mutex_unlock(&BP.mu);
+}
+
+void *fern_blocking(void *(*fn)(void *), void *arg)
+{
+    if (!fn) {
+        errno = EINVAL;
+        return NULL;
+    }
+    fern_thread *self = thread_current();
+    if (!self)
+        return fn(arg);
+    struct job j = {.fn = fn, .arg = arg};
+    waiter_init(&j.wt);
+    STORE_RELAXED(&self->wait_what, "blocking pool");
+    STORE_RELAXED(&self->wait_obj, (const void *)fn);
+    parker_wait(j.wt.p, job_publish, &j, FERN_FOREVER);
+    STORE_RELAXED(&self->wait_what, NULL);
+    errno = j.err;
+    return j.result;
+}
+
+void blocking_fini(void)
+{
+    pthread_mutex_lock(&BP.mu);
+    BP.stopping = true;
+    pthread_cond_broadcast(&BP.work);
+    while (BP.nthreads)
+        pthread_cond_wait(&BP.gone, &BP.mu);
+    BP.stopping = false;
+    BP.max = 0;
+    pthread_mutex_unlock(&BP.mu);
+}
+
+struct prw {
+    int fd;
+    void *buf;
+    size_t n;
+    int64_t off;
+    bool write;
+};
+
+static void *prw_run(void *arg)
+{
+    struct prw *p = arg;
+    ssize_t r = p->write ? pwrite(p->fd, p->buf, p->n, (off_t)p->off)
+                         : pread(p->fd, p->buf, p->n, (off_t)p->off);
+    return (void *)(intptr_t)r;
+}
+
+ssize_t fern_pread(int fd, void *buf, size_t n, int64_t offset)
+{
+    struct prw p = {fd, buf, n, offset, false};
+    return (ssize_t)(intptr_t)fern_blocking(prw_run, &p);
+}
+
+ssize_t fern_pwrite(int fd, const void *buf, size_t n, int64_t offset)
+{
+    struct prw p = {fd, (void *)buf, n, offset, true};
+    return (ssize_t)(intptr_t)fern_blocking(prw_run, &p);
+}
