@@ -14,6 +14,13 @@
  * the waiter. A woken waiter competes again (it may lose to a barging
  * locker and queue again).
  *
+ * Fairness (as Go's sync.Mutex): barging is fast but can starve a waiter. A
+ * waiter that has been queued for more than STARVE_NS re-queues at the front
+ * and sets handoff_; while it is set, unlock does not release the mutex but
+ * hands it, still locked, to the first waiter it wins (owner_ set on its
+ * behalf, result 1), so bargers cannot overtake. Hand-off ends when the queue
+ * empties or a waiter that has not waited long gets the mutex.
+ *
  * Condition variable: a waiter queues itself under the cond's lock_, then
  * releases the mutex, then parks (lock_ released after the switch). A signal
  * takes lock_ and wakes the first waiter it wins; a waiter that timed out
