@@ -147,9 +147,10 @@ void stack_fini(void)
     memset(&S, 0, sizeof S);
 }
 
-/* Under S.lock: a new slot of class cls, guarded; NULL if out of memory or
- * mappings. */
-static struct stack *carve(int cls)
+/* Under S.lock: reserve the next slot of class cls, mapping a new slab if
+ * needed; NULL if out of memory or mappings. *mode gets the guard to install
+ * (the mprotect budget is taken here). */
+static char *slot_reserve(int cls, int *mode)
 {
     struct class_pool *p = &S.cls[cls];
     size_t size = class_size(cls), stride = size + PAGE;
@@ -178,16 +179,28 @@ static struct stack *carve(int cls)
         p->carve_end = sl->base + sl->bytes;
     }
     char *slot = p->carve;
-    int mode = S.guard_mode;
-    if (mode == FERN_GUARD_MADVISE && madvise(slot, PAGE, MADV_GUARD_INSTALL) != 0)
-        mode = S.guard_mode = FERN_GUARD_MPROTECT;
-    if (mode == FERN_GUARD_MPROTECT) {
-        if (S.mprotect_used >= S.guard_budget || mprotect(slot, PAGE, PROT_NONE) != 0)
-            mode = FERN_GUARD_CANARY;
+    p->carve += stride;
+    *mode = LOAD_RELAXED(&S.guard_mode);
+    if (*mode == FERN_GUARD_MPROTECT) {
+        if (S.mprotect_used >= S.guard_budget)
+            *mode = FERN_GUARD_CANARY;
         else
             S.mprotect_used++;
     }
-    p->carve += stride;
+    return slot;
+}
+
+/* Outside the lock (the guard is a system call): guard a reserved slot and
+ * write its header. */
+static struct stack *slot_init(char *slot, int cls, int mode)
+{
+    size_t size = class_size(cls);
+    if (mode == FERN_GUARD_MADVISE && madvise(slot, PAGE, MADV_GUARD_INSTALL) != 0) {
+        STORE_RELAXED(&S.guard_mode, FERN_GUARD_MPROTECT);
+        mode = FERN_GUARD_CANARY;
+    }
+    if (mode == FERN_GUARD_MPROTECT && mprotect(slot, PAGE, PROT_NONE) != 0)
+        mode = FERN_GUARD_CANARY;
     char *lo = slot + PAGE;
     struct stack *s = (struct stack *)(lo + size - sizeof(struct stack));
     s->lo = lo;
@@ -196,13 +209,11 @@ static struct stack *carve(int cls)
     s->cls = (uint8_t)cls;
     s->guard = (uint8_t)mode;
     s->dirty = 0;
-    S.mapped++;
-    if (mode == FERN_GUARD_MADVISE)
-        S.g_madvise++;
-    else if (mode == FERN_GUARD_MPROTECT)
-        S.g_mprotect++;
-    else
-        S.g_canary++;
+    ADD_RELAXED(&S.mapped, 1);
+    ADD_RELAXED(mode == FERN_GUARD_MADVISE    ? &S.g_madvise
+                : mode == FERN_GUARD_MPROTECT ? &S.g_mprotect
+                                              : &S.g_canary,
+                1);
 #ifdef FERN_VALGRIND
     VALGRIND_STACK_REGISTER(lo, lo + size);
 #endif
@@ -251,9 +262,13 @@ struct stack *stack_get(struct worker *w, int cls)
             sc->ncold++;
             sc->ndirty_cold += g->dirty;
         }
+        char *slot = NULL;
+        int mode = 0;
         if (!s)
-            s = carve(cls);
+            slot = slot_reserve(cls, &mode);
         spin_unlock(&S.lock);
+        if (slot)
+            s = slot_init(slot, cls, mode);
         if (!s)
             return NULL;
     }
@@ -429,12 +444,12 @@ bool stack_in_guard(const struct stack *s, const void *addr)
 void stack_stats(struct fern_stats *st)
 {
     spin_lock(&S.lock);
-    st->stacks_mapped = S.mapped;
+    st->stacks_mapped = LOAD_RELAXED(&S.mapped);
     st->stack_bytes_reserved = S.reserved;
-    st->guards_madvise = S.g_madvise;
-    st->guards_mprotect = S.g_mprotect;
-    st->guards_canary = S.g_canary;
-    st->guard_mode = (fern_guard_mode)S.guard_mode;
+    st->guards_madvise = LOAD_RELAXED(&S.g_madvise);
+    st->guards_mprotect = LOAD_RELAXED(&S.g_mprotect);
+    st->guards_canary = LOAD_RELAXED(&S.g_canary);
+    st->guard_mode = (fern_guard_mode)LOAD_RELAXED(&S.guard_mode);
     spin_unlock(&S.lock);
     st->stack_trims = LOAD_RELAXED(&S.trims);
     /* Every carved stack is either bound to a thread or cached in a pool. */
