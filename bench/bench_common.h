@@ -11,6 +11,7 @@
 #define _GNU_SOURCE
 #endif
 #include <alloca.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -24,6 +24,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -358,7 +359,7 @@ def callgrind(args, cmds):
             if isinstance(c, str) or not c:
                 out[rt] = {"status": c or "not built"}
                 continue
-            counts = []
+            counts, pcts = [], []
             for n in (n1, n2):
                 rc, msg = sh([vg, "--tool=callgrind", "--callgrind-out-file=" + os.path.join(tmp, "cg.%s.%d" % (rt, n)),
                               c[0], str(n)], timeout=300)
@@ -367,11 +368,17 @@ def callgrind(args, cmds):
                     out[rt] = {"status": "failed: " + msg.strip()[-300:]}
                     break
                 counts.append(int(m.group(1)))
+                sp = re.search(r"switch_pct\s+([0-9.eE+-]+)", msg)
+                pcts.append(float(sp.group(1)) if sp else -1.0)
             else:
                 switches = 2 * (n2 - n1)
                 out[rt] = {"status": "ok", "instr_per_switch": (counts[1] - counts[0]) / switches,
-                           "method": "callgrind Ir(%d yields/thread) - Ir(%d yields/thread), / %d switches"
-                                     % (n2, n1, switches)}
+                           "switch_pct": pcts,
+                           "method": "callgrind Ir(%d yields/thread) - Ir(%d yields/thread), / %d switches; "
+                                     "switch_pct under valgrind %s" % (n2, n1, switches,
+                                                                       " / ".join("%.1f%%" % p for p in pcts))}
+                if min(pcts) < 99:
+                    out[rt]["status"] = "suspect: the threads did not strictly alternate under valgrind"
             log("  callgrind %-6s %s" % (rt, out[rt]))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -381,6 +388,37 @@ def callgrind(args, cmds):
 # ---------------------------------------------------------------------------
 # Reporting
 # ---------------------------------------------------------------------------
+
+class CpuMeter:
+    """CPU time the whole machine spent busy, minus what this driver and its
+    benchmark children used: how much other work shared the machine."""
+
+    def __init__(self):
+        self.t0, self.busy0, self.own0 = time.monotonic(), self._busy(), self._own()
+
+    @staticmethod
+    def _busy():
+        try:
+            with open("/proc/stat") as f:
+                v = [int(x) for x in f.readline().split()[1:9]]
+            # user nice system idle iowait irq softirq steal
+            return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return None
+
+    @staticmethod
+    def _own():
+        c, me = resource.getrusage(resource.RUSAGE_CHILDREN), resource.getrusage(resource.RUSAGE_SELF)
+        return c.ru_utime + c.ru_stime + me.ru_utime + me.ru_stime
+
+    def foreign_pct(self):
+        busy = self._busy()
+        wall = time.monotonic() - self.t0
+        if busy is None or self.busy0 is None or wall <= 0:
+            return -1.0
+        other = (busy - self.busy0) - (self._own() - self.own0)
+        return max(0.0, 100.0 * other / (wall * (os.cpu_count() or 1)))
+
 
 def machine():
     cpu = "unknown"
@@ -450,7 +488,14 @@ def write_md(path, data):
         sc = data["scenarios"].get(s)
         if not sc:
             continue
-        L += ["## " + spec["title"], "", "Measured %s, %d run(s) per runtime." % (sc["date"], sc["runs"]), ""]
+        busy = ""
+        other = sc.get("other_cpu_pct", -1)
+        if other > 10:
+            busy = (" **Other processes used %.0f%% of the machine's CPU meanwhile: treat these numbers "
+                    "with care.**" % other)
+        L += ["## " + spec["title"], "",
+              "Measured %s, %d run(s) per runtime; CPU used by other processes meanwhile: %.1f%%.%s" % (
+                  sc["date"], sc["runs"], other, busy), ""]
         head = "| runtime | status | " + " | ".join(
             "%s (%s)" % (mname, "higher better" if o == "higher" else "lower better")
             for mname, o in spec["headline"]) + " | other |"
@@ -493,11 +538,15 @@ def write_md(path, data):
         else:
             L += ["| runtime | instructions per switch | method |", "| --- | --- | --- |"]
             for rt, v in cg.items():
-                if v.get("status") == "ok":
-                    L.append("| %s | %.1f | %s |" % (rt, v["instr_per_switch"], v["method"]))
+                if "instr_per_switch" in v:
+                    L.append("| %s | %.1f%s | %s |" % (rt, v["instr_per_switch"],
+                                                      "" if v["status"] == "ok" else " (%s)" % v["status"],
+                                                      v["method"]))
                 else:
                     L.append("| %s | — | %s |" % (rt, v.get("status", "").replace("|", "/")[:200]))
-            L += ["", "- User-space instructions only (valgrind serialises threads on one core; "
+            L += ["", "- Counted per switch: one fern_yield / this_fiber::yield call plus the benchmark loop around it "
+                      "(~10 instructions). The difference of two run lengths cancels start-up and shutdown.",
+                  "- User-space instructions only (valgrind serialises threads on one core; "
                       "kernel work is not counted). fern links the Valgrind stack registration "
                       "when valgrind/valgrind.h is present (FERN_VALGRIND).", ""]
     L += ["## Build notes", ""] + ["- " + b for b in data.get("build", [])] + [""]
@@ -592,9 +641,11 @@ def main():
     order = ["yield", "spawn", "deepstack", "migrate", "think", "million"]
     for s in sorted(scen, key=order.index):
         log("scenario %s (%d run(s) per runtime)" % (s, runs))
+        meter = CpuMeter()
         res = run_scenario(s, cmds, runs, start + args.budget)
         data["scenarios"][s] = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                                "runs": runs, "quick": bool(args.quick), "results": res}
+                                "runs": runs, "quick": bool(args.quick), "results": res,
+                                "other_cpu_pct": round(meter.foreign_pct(), 1)}
         if s == "yield" and not args.no_callgrind:
             log("callgrind: yield hot path")
             data["callgrind"] = callgrind(args, cmds)

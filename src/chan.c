@@ -77,9 +77,11 @@ int fern_chan_close(fern_chan *ch)
         return EPIPE;
     }
     STORE_RELAXED(&ch->closed, 1);
-    waitq_wake_all_result(&ch->recvq, EPIPE);
-    waitq_wake_all_result(&ch->sendq, EPIPE);
+    struct waiter *r = waitq_claim_all(&ch->recvq);
+    struct waiter *w = waitq_claim_all(&ch->sendq);
     spin_unlock(&ch->lock);
+    waiters_release(r, EPIPE);
+    waiters_release(w, EPIPE);
     return 0;
 }
 

@@ -180,11 +180,14 @@ void waitq_unlink(struct waiter *wt);
 /* Pop waiters until one is claimed; returns it (W_CLAIMED, to be released
  * by the caller) or NULL. */
 struct waiter *waitq_claim_one(fern_waitq *q);
-/* Pop waiters until one is woken; returns true if one was. */
-bool waitq_wake_one(fern_waitq *q);
-/* Wake every waiter with `result`; returns how many. */
-int waitq_wake_all_result(fern_waitq *q, int result);
-static inline int waitq_wake_all(fern_waitq *q) { return waitq_wake_all_result(q, 0); }
+/* Claim every waiter that can still be won, chained through ->next. Wakers
+ * claim under the queue's lock and release after dropping it: a woken
+ * thread may destroy the object holding the queue (and its lock) as soon as
+ * it runs, so nothing may touch the object after the first release. */
+struct waiter *waitq_claim_all(fern_waitq *q);
+/* Release a chain from waitq_claim_all (or built by hand) with `result`;
+ * returns how many. */
+int waiters_release(struct waiter *chain, int result);
 static inline bool waitq_empty(const fern_waitq *q) { return q->head == NULL; }
 
 /* ---- stacks (stack.c) ---- */
@@ -271,7 +274,8 @@ typedef void (*after_fn)(struct worker *w, fern_thread *prev, void *arg);
 struct worker {
     /* hot, owner-written */
     fern_thread *cur;           /* running thread, or &g0 */
-    fern_thread *next;          /* hand-off slot, owner-private */
+    fern_thread *next;          /* hand-off slot (exchange; stolen only when stuck) */
+    fern_thread *start;         /* a new thread g0 is to start (bind, switch) */
     uint32_t next_streak;
     uint32_t tick;
     after_fn after;
@@ -313,6 +317,7 @@ struct fern_cluster {
     fern_thread *inbox_head, *inbox_tail;
     uint32_t idle_lock;
     uint32_t nidle;
+    uint32_t nspinning;         /* idle workers spinning before they sleep */
     uint32_t stopping;
     int64_t live_ext;           /* threads gained from outside its workers */
     unsigned nworkers;

@@ -270,8 +270,8 @@ enum { IO_READY = 1, IO_TIMEOUT = 0, IO_ERROR = -1 };
 static int io_wait(int fd, struct fdent *e, int dir, int64_t deadline)
 {
     fern_thread *self = thread_current();
-    if (!self || !e->pollable) {
-        /* A plain thread (or an fd epoll refuses) blocks in poll(2). */
+    if (!e->pollable) {
+        /* An fd epoll refuses blocks in poll(2). */
         struct pollfd p = {.fd = fd, .events = (short)((dir & FERN_READ ? POLLIN : 0) |
                                                         (dir & FERN_WRITE ? POLLOUT : 0))};
         for (;;) {
@@ -314,12 +314,23 @@ static int io_wait(int fd, struct fdent *e, int dir, int64_t deadline)
     struct waiter wt;
     waiter_init(&wt);
     *slot = &wt;
-    STORE_RELAXED(&self->wait_what, dir == FERN_READ ? "fd read" : "fd write");
-    STORE_RELAXED(&self->wait_obj, (void *)(intptr_t)fd);
+    if (self) {
+        STORE_RELAXED(&self->wait_what, dir == FERN_READ ? "fd read" : "fd write");
+        STORE_RELAXED(&self->wait_obj, (void *)(intptr_t)fd);
+    }
     ADD_RELAXED(&IO.waiters, 1);
+    if (!self && !io_poll_owned()) {
+        /* A plain thread waits on its futex; make sure some worker polls
+         * (an idle one becomes the poll owner now that io_active()). */
+        full_fence();
+        struct fern_cluster *c = fern_cluster_default();
+        if (c)
+            cluster_wake(c);
+    }
     int st = waiter_wait(&wt, &e->lock, deadline);
     __atomic_fetch_sub(&IO.waiters, 1, __ATOMIC_RELAXED);
-    STORE_RELAXED(&self->wait_what, NULL);
+    if (self)
+        STORE_RELAXED(&self->wait_what, NULL);
     if (st == W_WOKEN) {
         if (wt.p->result) {
             errno = wt.p->result;

@@ -2,10 +2,13 @@
  * The M:N scheduler: clusters of workers, run queues, switching, idling.
  *
  * Where a runnable thread can be:
- *   - w->next     the hand-off slot of the worker that woke it. Private to the
- *                 owner: a thread woken by the running one runs next, so a
- *                 ping-pong stays on one core. NEXT_STREAK_MAX consecutive
- *                 hand-offs at most, then the local queue gets its turn.
+ *   - w->next     the hand-off slot of the worker that woke it: a thread
+ *                 woken by the running one runs next, so a ping-pong stays
+ *                 on one core. NEXT_STREAK_MAX consecutive hand-offs at
+ *                 most, then the local queue gets its turn. Taken by
+ *                 exchange; a spinning idle worker steals it (CAS) only when
+ *                 its worker has not switched for NEXT_STUCK_NS, i.e. is
+ *                 busy with a long-running thread.
  *   - w->rq       the local ring. The owner pushes at the tail (plain store +
  *                 release); the owner pops and thieves steal half from the
  *                 head with a CAS. Overflow spills half to the cluster inbox.
@@ -283,7 +286,7 @@ static bool cluster_has_work(struct worker *w)
     return false;
 }
 
-static void worker_sleep(struct worker *w)
+static void worker_sleep(struct worker *w, int64_t limit)
 {
     struct fern_cluster *c = w->cluster;
     spin_lock(&c->idle_lock);
@@ -294,6 +297,8 @@ static void worker_sleep(struct worker *w)
     full_fence();
     if (!cluster_has_work(w) && !stack_trim_some(w)) {
         int64_t deadline = timers_next(w);
+        if (limit < deadline)
+            deadline = limit;
         STORE_RELAXED(&w->n_sleeps, w->n_sleeps + 1);
         if (!io_sleep(w, deadline))
             futex_wait(&w->sleep_word, 1, deadline);
@@ -330,20 +335,16 @@ static fern_thread *pick_next(struct worker *w)
         if ((t = inbox_pop(w->cluster)) != NULL)
             return t;
     }
-    if (w->next && w->next_streak < NEXT_STREAK_MAX) {
-        t = w->next;
-        w->next = NULL;
+    if (LOAD_RELAXED(&w->next) && w->next_streak < NEXT_STREAK_MAX &&
+        (t = __atomic_exchange_n(&w->next, NULL, __ATOMIC_ACQ_REL)) != NULL) {
         w->next_streak++;
         return t;
     }
     w->next_streak = 0;
     if ((t = runq_get(w)) != NULL)
         return t;
-    if (w->next) {
-        t = w->next;
-        w->next = NULL;
+    if (LOAD_RELAXED(&w->next) && (t = __atomic_exchange_n(&w->next, NULL, __ATOMIC_ACQ_REL)))
         return t;
-    }
     return inbox_pop(w->cluster);
 }
 
@@ -402,8 +403,14 @@ void sched_park(after_fn fn, void *arg)
     w->after = fn;
     w->after_prev = cur;
     w->after_arg = arg;
-    while ((next = pick_next(w)) != NULL && !next->sp && !stack_bind(w, next))
-        ;
+    next = pick_next(w);
+    if (next && !next->sp) {
+        /* A thread's first run goes through g0: binding may fault in a page
+         * and take a system call, which must not happen while the parking
+         * thread's queue lock is still held (it is released in `fn`). */
+        w->start = next;
+        next = NULL;
+    }
     switch_to(w, cur, next ? next : &w->g0, false);
 }
 
@@ -418,8 +425,13 @@ void sched_exit(after_fn fn, void *arg)
     w->after = fn;
     w->after_prev = cur;
     w->after_arg = arg;
-    while ((next = pick_next(w)) != NULL && !next->sp && !stack_bind(w, next))
-        ;
+    next = pick_next(w);
+    if (next && !next->sp) {
+        /* Through g0, after `fn` returned our stack to the pool: the new
+         * thread reuses it while it is hot. */
+        w->start = next;
+        next = NULL;
+    }
     switch_to(w, cur, next ? next : &w->g0, true);
     __builtin_unreachable();
 }
@@ -432,11 +444,13 @@ static void after_requeue(struct worker *w, fern_thread *prev, void *arg)
 void sched_yield_green(struct worker *w)
 {
     fern_thread *cur = w->cur;
-    fern_thread *next;
-    while ((next = pick_next(w)) != NULL && !next->sp && !stack_bind(w, next))
-        ;
+    fern_thread *next = pick_next(w);
     if (!next)
         return; /* alone on this worker */
+    if (!next->sp) {
+        w->start = next;
+        next = &w->g0;
+    }
     w->after = after_requeue;
     w->after_prev = cur;
     w->after_arg = NULL;
@@ -449,16 +463,19 @@ void sched_ready(fern_thread *t)
     struct worker *w = worker_self();
     if (w && w->cluster == t->cluster) {
         STORE_RELAXED(&t->run_state, T_RUNNABLE);
-        if (w->next) {
-            runq_put(w, w->next);
-            if (LOAD_RELAXED(&w->cluster->nidle))
-                cluster_wake(w->cluster);
-        }
-        w->next = t;
+        fern_thread *old = __atomic_exchange_n(&w->next, t, __ATOMIC_ACQ_REL);
+        if (old)
+            runq_put(w, old);
+        /* An idle worker watches for a hand-off that waits too long behind
+         * a busy thread (see find_work); one spinner is enough. */
+        if (LOAD_RELAXED(&w->cluster->nidle) && !LOAD_RELAXED(&w->cluster->nspinning))
+            cluster_wake(w->cluster);
         return;
     }
-    inbox_push(t->cluster, t);
-    cluster_wake(t->cluster);
+    /* Read the cluster first: once in the inbox, t may run and migrate. */
+    struct fern_cluster *c = t->cluster;
+    inbox_push(c, t);
+    cluster_wake(c);
 }
 
 /* A new thread: onto this worker's ring if it belongs here (and wake an idle
@@ -466,14 +483,15 @@ void sched_ready(fern_thread *t)
 void sched_spawned(fern_thread *t)
 {
     struct worker *w = worker_self();
-    if (w && w->cluster == t->cluster && w->cur != &w->g0) {
+    struct fern_cluster *c = t->cluster; /* before t is visible: it may migrate */
+    if (w && w->cluster == c && w->cur != &w->g0) {
         runq_put(w, t);
-        if (LOAD_RELAXED(&w->cluster->nidle))
-            cluster_wake(w->cluster);
+        if (LOAD_RELAXED(&c->nidle))
+            cluster_wake(c);
         return;
     }
-    inbox_push(t->cluster, t);
-    cluster_wake(t->cluster);
+    inbox_push(c, t);
+    cluster_wake(c);
 }
 
 static void after_migrate(struct worker *w, fern_thread *prev, void *arg)
@@ -514,27 +532,95 @@ void fern_yield(void)
 /* Workers                                                                   */
 /* ------------------------------------------------------------------------ */
 
+/* Steal victim v's hand-off slot if v has not switched since `seen`. */
+static fern_thread *next_steal(struct worker *v)
+{
+    fern_thread *t = LOAD(&v->next);
+    if (t && CAS(&v->next, &t, NULL))
+        return t;
+    return NULL;
+}
+
+static bool any_next(struct worker *w)
+{
+    struct fern_cluster *c = w->cluster;
+    for (unsigned i = 0; i < c->nworkers; i++)
+        if (c->workers[i] != w && LOAD_RELAXED(&c->workers[i]->next))
+            return true;
+    return false;
+}
+
+/* The idle path. A worker that finds nothing spins for up to SPIN_NS
+ * (counted in nspinning, so wakers do not wake a second one) watching the
+ * other workers: a thread left in a hand-off slot of a worker that has not
+ * switched for NEXT_STUCK_NS is stolen. Then it sleeps: on its futex, or in
+ * epoll_wait as the poll owner; with a timeout if a hand-off is pending
+ * elsewhere, so a stuck one is looked at again. */
+#define SPIN_NS 50000
+#define NEXT_STUCK_NS 10000
+
 static fern_thread *find_work(struct worker *w)
 {
     struct fern_cluster *c = w->cluster;
+    int64_t spin_until = 0;
+    uint64_t seen[FERN_WORKERS_MAX > 64 ? 64 : FERN_WORKERS_MAX];
+    int64_t seen_at = 0;
+    bool spinning = false;
+    fern_thread *t = NULL;
     for (;;) {
-        fern_thread *t;
         run_after(w);
+        if (w->start) {
+            t = w->start;
+            w->start = NULL;
+            break;
+        }
         if (LOAD(&c->stopping))
-            return NULL;
+            break;
         if (LOAD_RELAXED(&w->timers.n) && timers_run(w, fern_now_ns()))
             continue;
         if ((t = pick_next(w)) != NULL)
-            return t;
-        for (unsigned i = 1; i < c->nworkers; i++) {
-            struct worker *v = c->workers[(w->index + i) % c->nworkers];
-            if ((t = runq_steal(w, v)) != NULL)
-                return t;
-        }
+            break;
+        for (unsigned i = 1; i < c->nworkers && !t; i++)
+            t = runq_steal(w, c->workers[(w->index + i) % c->nworkers]);
+        if (t)
+            break;
         if (io_poll_nonblocking())
             continue;
-        worker_sleep(w);
+        int64_t now = fern_now_ns();
+        if (spinning && now < spin_until && c->nworkers > 1) {
+            unsigned n = c->nworkers < 64 ? c->nworkers : 64;
+            if (!seen_at) {
+                for (unsigned i = 0; i < n; i++)
+                    seen[i] = LOAD_RELAXED(&c->workers[i]->n_switches);
+                seen_at = now;
+            } else if (now - seen_at >= NEXT_STUCK_NS) {
+                for (unsigned i = 0; i < n && !t; i++) {
+                    struct worker *v = c->workers[i];
+                    if (v != w && LOAD_RELAXED(&v->n_switches) == seen[i])
+                        t = next_steal(v);
+                }
+                if (t)
+                    break;
+                seen_at = 0;
+            }
+            for (int k = 0; k < 64; k++)
+                __builtin_ia32_pause();
+            continue;
+        }
+        if (spinning) {
+            spinning = false;
+            __atomic_fetch_sub(&c->nspinning, 1, __ATOMIC_SEQ_CST);
+            continue; /* one more look after leaving the spinners */
+        }
+        worker_sleep(w, any_next(w) ? now + 1000000 : FERN_FOREVER);
+        spinning = true;
+        ADD_RELAXED(&c->nspinning, 1);
+        spin_until = fern_now_ns() + SPIN_NS;
+        seen_at = 0;
     }
+    if (spinning)
+        __atomic_fetch_sub(&c->nspinning, 1, __ATOMIC_SEQ_CST);
+    return t;
 }
 
 static void *worker_main(void *arg)

@@ -174,8 +174,10 @@ int fern_mutex_unlock(fern_mutex *m)
     if (likely(__atomic_exchange_n(&m->state_, 0, __ATOMIC_RELEASE) == 1))
         return 0;
     spin_lock(&m->lock_);
-    waitq_wake_one(&m->waiters_);
+    struct waiter *wt = waitq_claim_one(&m->waiters_);
     spin_unlock(&m->lock_);
+    if (wt)
+        waiter_release(wt, 0);
     return 0;
 }
 
@@ -231,8 +233,10 @@ int fern_cond_signal(fern_cond *c)
     if (!c)
         return EINVAL;
     spin_lock(&c->lock_);
-    waitq_wake_one(&c->waiters_);
+    struct waiter *wt = waitq_claim_one(&c->waiters_);
     spin_unlock(&c->lock_);
+    if (wt)
+        waiter_release(wt, 0);
     return 0;
 }
 
@@ -241,8 +245,9 @@ int fern_cond_broadcast(fern_cond *c)
     if (!c)
         return EINVAL;
     spin_lock(&c->lock_);
-    waitq_wake_all(&c->waiters_);
+    struct waiter *all = waitq_claim_all(&c->waiters_);
     spin_unlock(&c->lock_);
+    waiters_release(all, 0);
     return 0;
 }
 
@@ -390,26 +395,26 @@ int fern_rwlock_destroy(fern_rwlock *rw)
     return busy ? EBUSY : 0;
 }
 
-/* Under lock_, with no writer: admit every queued reader. */
-static void rw_admit_readers(fern_rwlock *rw)
+/* Under lock_, with no writer: admit every queued reader. Returns the
+ * claimed waiters, to release after unlocking. */
+static struct waiter *rw_admit_readers(fern_rwlock *rw)
 {
-    struct waiter *wt;
-    while ((wt = waitq_claim_one(&rw->readq_)) != NULL) {
+    struct waiter *all = waitq_claim_all(&rw->readq_);
+    for (struct waiter *wt = all; wt; wt = wt->next)
         rw->readers_++;
-        waiter_release(wt, 0);
-    }
+    return all;
 }
 
 /* Under lock_, with no writer and no readers: admit one writer. */
-static bool rw_admit_writer(fern_rwlock *rw)
+static struct waiter *rw_admit_writer(fern_rwlock *rw)
 {
     struct waiter *wt = waitq_claim_one(&rw->writeq_);
     if (!wt)
-        return false;
+        return NULL;
     rw->writers_waiting_--;
     STORE_RELAXED(&rw->writer_, wt->token);
-    waiter_release(wt, 0);
-    return true;
+    wt->next = NULL;
+    return wt;
 }
 
 static int rw_rdlock(fern_rwlock *rw, int64_t deadline, bool try_only)
@@ -484,9 +489,11 @@ static int rw_wrlock(fern_rwlock *rw, int64_t deadline, bool try_only)
     waitq_unlink(&wt);
     rw->writers_waiting_--;
     /* Readers may have queued only because this writer waited. */
+    struct waiter *admitted = NULL;
     if (!rw->writer_ && rw->writers_waiting_ == 0)
-        rw_admit_readers(rw);
+        admitted = rw_admit_readers(rw);
     spin_unlock(&rw->lock_);
+    waiters_release(admitted, 0);
     return ETIMEDOUT;
 }
 
@@ -503,19 +510,22 @@ int fern_rwlock_unlock(fern_rwlock *rw)
         return EINVAL;
     void *self = self_token();
     spin_lock(&rw->lock_);
+    struct waiter *admitted = NULL;
     if (rw->writer_ == self) {
         STORE_RELAXED(&rw->writer_, NULL);
         if (!waitq_empty(&rw->readq_))
-            rw_admit_readers(rw);
+            admitted = rw_admit_readers(rw);
         if (rw->readers_ == 0)
-            rw_admit_writer(rw);
+            admitted = rw_admit_writer(rw);
         spin_unlock(&rw->lock_);
+        waiters_release(admitted, 0);
         return 0;
     }
     if (rw->readers_ > 0 && rdheld_remove(rdheld_get(false), rw)) {
-        if (--rw->readers_ == 0 && !rw_admit_writer(rw))
-            rw_admit_readers(rw);
+        if (--rw->readers_ == 0 && !(admitted = rw_admit_writer(rw)))
+            admitted = rw_admit_readers(rw);
         spin_unlock(&rw->lock_);
+        waiters_release(admitted, 0);
         return 0;
     }
     spin_unlock(&rw->lock_);
@@ -557,8 +567,9 @@ int fern_barrier_wait(fern_barrier *b)
     if (++b->arrived_ == b->count_) {
         b->arrived_ = 0;
         b->round_++;
-        waitq_wake_all(&b->waiters_);
+        struct waiter *all = waitq_claim_all(&b->waiters_);
         spin_unlock(&b->lock_);
+        waiters_release(all, 0);
         return FERN_BARRIER_SERIAL_THREAD;
     }
     struct waiter wt;
@@ -603,9 +614,9 @@ int fern_wg_add(fern_wg *wg, int64_t delta)
         return EINVAL;
     }
     STORE_RELAXED(&wg->count_, n);
-    if (n == 0)
-        waitq_wake_all(&wg->waiters_);
+    struct waiter *all = n == 0 ? waitq_claim_all(&wg->waiters_) : NULL;
     spin_unlock(&wg->lock_);
+    waiters_release(all, 0);
     return 0;
 }
 
@@ -657,8 +668,9 @@ int fern_call_once(fern_once *o, void (*fn)(void))
         fn();
         spin_lock(&o->lock_);
         STORE(&o->state_, 2);
-        waitq_wake_all(&o->waiters_);
+        struct waiter *all = waitq_claim_all(&o->waiters_);
         spin_unlock(&o->lock_);
+        waiters_release(all, 0);
         return 0;
     }
     if (LOAD_RELAXED(&o->runner_) == self)

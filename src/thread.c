@@ -169,10 +169,12 @@ int threads_dump(FILE *f)
             const char *what = LOAD_RELAXED(&t->wait_what);
             uint8_t st = LOAD_RELAXED(&t->run_state);
             fprintf(f, "thread %llu \"%s\" %s", (unsigned long long)t->id, name, state_name(st));
-            if (st == T_PARKED && what)
-                fprintf(f, " on %s %p", what, LOAD_RELAXED(&t->wait_obj));
+            if (st == T_PARKED && what) {
+                const void *obj = LOAD_RELAXED(&t->wait_obj);
+                fprintf(f, obj ? " on %s %p" : " on %s", what, obj);
+            }
             fprintf(f, " cluster %p stack %zu%s\n", (void *)LOAD_RELAXED(&t->cluster),
-                    (size_t)FERN_STACK_MIN << t->stack_cls,
+                    (size_t)FERN_STACK_MIN << LOAD_RELAXED(&t->stack_cls),
                     LOAD_RELAXED(&t->stack) ? "" : " (not bound)");
             n++;
         }
@@ -240,7 +242,7 @@ int fern_spawn(fern_thread **out, const fern_attr *attr, fern_fn fn, void *arg)
     t->tlock = 0;
     t->life = detached ? L_DETACHED : 0;
     STORE_RELAXED(&t->run_state, T_NEW);
-    t->stack_cls = (uint8_t)cls;
+    STORE_RELAXED(&t->stack_cls, (uint8_t)cls);
     STORE_RELAXED(&t->wait_what, NULL);
     t->joiner = NULL;
     t->keys = NULL;

@@ -52,7 +52,8 @@ static void sift_down(struct timer **v, uint32_t n, uint32_t i)
 
 static void heap_remove(struct timer_heap *h, uint32_t i)
 {
-    uint32_t last = --h->n;
+    uint32_t last = h->n - 1;
+    STORE_RELAXED(&h->n, last);
     h->v[i]->index = -1;
     if (i != last) {
         h->v[i] = h->v[last];
@@ -81,17 +82,17 @@ void timer_add(struct worker *w, struct timer *t)
         h->v = v;
         h->cap = cap;
     }
-    t->owner = w;
+    STORE_RELAXED(&t->owner, w);
     t->index = (int32_t)h->n;
-    h->v[h->n++] = t;
+    h->v[h->n] = t;
+    STORE_RELAXED(&h->n, h->n + 1);
     sift_up(h->v, (uint32_t)t->index);
-    __atomic_store_n(&h->n, h->n, __ATOMIC_RELAXED);
     spin_unlock(&h->lock);
 }
 
 void timer_cancel(struct timer *t)
 {
-    struct worker *w = t->owner;
+    struct worker *w = LOAD_RELAXED(&t->owner);
     if (!w)
         return;
     spin_lock(&w->timers.lock);

@@ -25,12 +25,13 @@
 
 void spin_lock_slow(uint32_t *l)
 {
-    for (unsigned spins = 0;; spins++) {
+    unsigned spins = 0;
+    for (;;) {
         while (__atomic_load_n(l, __ATOMIC_RELAXED)) {
-            if (spins++ < 128)
+            if (++spins < 256)
                 __builtin_ia32_pause();
             else
-                sched_yield(); /* holder was preempted: let it run */
+                sched_yield(); /* the holder was preempted: let it run */
         }
         if (!__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE))
             return;
@@ -200,21 +201,24 @@ struct waiter *waitq_claim_one(fern_waitq *q)
     return NULL;
 }
 
-bool waitq_wake_one(fern_waitq *q)
+struct waiter *waitq_claim_all(fern_waitq *q)
 {
-    struct waiter *wt = waitq_claim_one(q);
-    if (!wt)
-        return false;
-    waiter_release(wt, 0);
-    return true;
+    struct waiter *head = NULL, **tail = &head, *wt;
+    while ((wt = waitq_claim_one(q)) != NULL) {
+        *tail = wt;
+        tail = &wt->next;
+    }
+    *tail = NULL;
+    return head;
 }
 
-int waitq_wake_all_result(fern_waitq *q, int result)
+int waiters_release(struct waiter *chain, int result)
 {
     int n = 0;
-    struct waiter *wt;
-    while ((wt = waitq_claim_one(q)) != NULL) {
-        waiter_release(wt, result);
+    while (chain) {
+        struct waiter *next = chain->next; /* read before the waiter may leave */
+        waiter_release(chain, result);
+        chain = next;
         n++;
     }
     return n;

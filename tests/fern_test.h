@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -36,6 +37,23 @@ inline long scaled(long n, long lo = 1) {
     long v = static_cast<long>(static_cast<double>(n) * stress_scale());
     return v < lo ? lo : v;
 }
+
+// ThreadSanitizer tracks each green thread as a fiber, and fibers count
+// against its limit of ~8000 live threads; it also makes thread creation slow.
+#if defined(__SANITIZE_THREAD__)
+inline constexpr bool kTsan = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+inline constexpr bool kTsan = true;
+#else
+inline constexpr bool kTsan = false;
+#endif
+#else
+inline constexpr bool kTsan = false;
+#endif
+
+// n, but at most tsan_cap under ThreadSanitizer.
+inline long tsan_capped(long n, long tsan_cap) { return kTsan && n > tsan_cap ? tsan_cap : n; }
 
 inline bool runtime_running() { return fern_cluster_default() != nullptr; }
 
@@ -139,6 +157,18 @@ class Watchdog {
     bool done_ = false;
     std::thread th_;
 };
+
+// Expect stmt to throw std::system_error whose code is errno value e in
+// std::generic_category() (the C++ API's error convention).
+#define FERN_EXPECT_ERRNO_THROW(stmt, e)                                                           \
+    do {                                                                                           \
+        try {                                                                                      \
+            stmt;                                                                                  \
+            ADD_FAILURE() << #stmt " did not throw";                                               \
+        } catch (const std::system_error &ex_) {                                                   \
+            EXPECT_EQ(std::error_code((e), std::generic_category()), ex_.code()) << ex_.what();    \
+        }                                                                                          \
+    } while (0)
 
 // Shut the runtime down at the end of the binary (LeakSanitizer checks after).
 class ShutdownEnv : public ::testing::Environment {

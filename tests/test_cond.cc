@@ -376,21 +376,23 @@ TEST(Cond, TimedwaitRaceWakeExactlyOnce) {
     fern_mutex m = FERN_MUTEX_INIT;
     std::atomic<int> inside{0}, overlaps{0}, returns{0};
     std::atomic<bool> stop{false};
-    constexpr int N = 32;
+    constexpr int N = 32, PLAIN = 3;
     const int ITERS = (int)scaled(300, 30);
+    auto waiter = [&](int i) {
+        for (int k = 0; k < ITERS; k++) {
+            fern_mutex_lock(&m);
+            int rc = fern_cond_timedwait(&c, &m, fern_now_ns() + 1000 * ((i + k) % 50));
+            if (rc != 0 && rc != ETIMEDOUT) ADD_FAILURE() << "timedwait rc " << rc;
+            if (inside.fetch_add(1) != 0) overlaps++;
+            returns++;
+            inside.fetch_sub(1);
+            if (fern_mutex_unlock(&m) != 0) ADD_FAILURE() << "mutex not held after timedwait";
+        }
+    };
     std::vector<fern_thread *> ts(N);
-    for (int i = 0; i < N; i++)
-        ASSERT_EQ(0, spawn(&ts[i], nullptr, [&, i] {
-            for (int k = 0; k < ITERS; k++) {
-                fern_mutex_lock(&m);
-                int rc = fern_cond_timedwait(&c, &m, fern_now_ns() + 1000 * ((i + k) % 50));
-                if (rc != 0 && rc != ETIMEDOUT) ADD_FAILURE() << "timedwait rc " << rc;
-                if (inside.fetch_add(1) != 0) overlaps++;
-                returns++;
-                inside.fetch_sub(1);
-                if (fern_mutex_unlock(&m) != 0) ADD_FAILURE() << "mutex not held after timedwait";
-            }
-        }));
+    for (int i = 0; i < N; i++) ASSERT_EQ(0, spawn(&ts[i], nullptr, [&, i] { waiter(i); }));
+    std::vector<std::thread> ps;
+    for (int i = 0; i < PLAIN; i++) ps.emplace_back([&, i] { waiter(1000 + i); });
     std::thread sig([&] {
         int i = 0;
         while (!stop.load()) {
@@ -400,10 +402,11 @@ TEST(Cond, TimedwaitRaceWakeExactlyOnce) {
         }
     });
     for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
+    for (auto &p : ps) p.join();
     stop = true;
     sig.join();
     EXPECT_EQ(0, overlaps.load());
-    EXPECT_EQ(N * ITERS, returns.load());
+    EXPECT_EQ((N + PLAIN) * ITERS, returns.load());
     EXPECT_EQ(0, fern_cond_destroy(&c)) << "a waiter stayed queued after returning";
     EXPECT_EQ(0, fern_mutex_destroy(&m));
 }

@@ -2,6 +2,7 @@
 // and green + plain threads contending on one mutex.
 #include "fern_test.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -354,6 +355,56 @@ TEST(Mutex, ContentionWithSleepingHolder) {
         }));
     for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
     EXPECT_EQ(N * ITERS, counter);
+}
+
+// Fairness (fern.h): a waiter that has waited more than 1 ms switches the
+// mutex to hand-off mode, so it does not starve behind threads that keep
+// re-locking. Two green threads re-lock in a tight loop; a plain thread and a
+// green thread each must get the mutex promptly, every time.
+TEST(Mutex, WaiterDoesNotStarveBehindRelockers) {
+    Watchdog wd(60, "WaiterDoesNotStarveBehindRelockers");
+    fern_cluster *c = nullptr;
+    ASSERT_EQ(0, fern_cluster_create(&c, 2));
+    fern_mutex m = FERN_MUTEX_INIT;
+    std::atomic<bool> stop{false};
+    std::atomic<long> hogs_rounds{0};
+    std::vector<fern_thread *> hogs(2);
+    for (auto &h : hogs)
+        ASSERT_EQ(0, spawn_on(&h, c, [&] {
+            while (!stop.load()) {
+                fern_mutex_lock(&m);
+                int64_t until = fern_now_ns() + 20000;  // hold 20 us
+                while (fern_now_ns() < until) {
+                }
+                fern_mutex_unlock(&m);
+                hogs_rounds++;
+            }
+        }));
+    EXPECT_TRUE(wait_until([&] { return hogs_rounds.load() > 100; }));
+    int64_t worst_plain = 0;
+    for (int i = 0; i < 20; i++) {
+        int64_t t0 = fern_now_ns();
+        ASSERT_EQ(0, fern_mutex_lock(&m));
+        worst_plain = std::max(worst_plain, fern_now_ns() - t0);
+        ASSERT_EQ(0, fern_mutex_unlock(&m));
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    std::atomic<int64_t> worst_green{0};
+    ASSERT_EQ(0, run_green([&] {
+        for (int i = 0; i < 20; i++) {
+            int64_t t0 = fern_now_ns();
+            ASSERT_EQ(0, fern_mutex_lock(&m));
+            int64_t d = fern_now_ns() - t0;
+            if (d > worst_green.load()) worst_green = d;
+            ASSERT_EQ(0, fern_mutex_unlock(&m));
+            fern_sleep_ns(ms(2));
+        }
+    }));
+    stop = true;
+    for (auto h : hogs) ASSERT_EQ(0, fern_join(h, nullptr));
+    EXPECT_LT(worst_plain, ms(100)) << "plain waiter starved for " << worst_plain / 1000 << " us";
+    EXPECT_LT(worst_green.load(), ms(100)) << "green waiter starved for " << worst_green.load() / 1000 << " us";
+    EXPECT_EQ(0, fern_cluster_destroy(c));
 }
 
 } // namespace

@@ -217,7 +217,7 @@ TEST(Stack, StacksReusedAcrossSequentialThreads) {
     ASSERT_EQ(0, fern_run(noop, nullptr, nullptr));
     struct fern_stats s0, s1;
     ASSERT_EQ(0, fern_stats(&s0));
-    const long N = scaled(100000, 10000);
+    const long N = tsan_capped(scaled(100000, 10000), 2000);
     for (long i = 0; i < N; i++) {
         fern_thread *t = nullptr;
         ASSERT_EQ(0, fern_spawn(&t, nullptr, noop, (void *)i));
@@ -240,7 +240,7 @@ TEST(Stack, StacksReusedAcrossSequentialThreads) {
 TEST(Stack, StackBoundWhenThreadFirstRuns) {
     fern_cluster *c = nullptr;
     ASSERT_EQ(0, fern_cluster_create(&c, 1));
-    constexpr int N = 5000;
+    const int N = (int)tsan_capped(5000, 1000);
     std::atomic<int> ran{0};
     uint64_t in_use_before = 0, in_use_after_spawn = 0, mapped_before = 0, mapped_after = 0;
     fern_thread *t = nullptr;
@@ -274,7 +274,7 @@ TEST(Stack, StackBoundWhenThreadFirstRuns) {
 
 TEST(Stack, HundredThousandParkedThenWoken) {
     Watchdog wd(300, "HundredThousandParkedThenWoken");
-    const long N = scaled(100000, 10000);
+    const long N = tsan_capped(scaled(100000, 10000), 4000);
     fern_mutex m = FERN_MUTEX_INIT;
     fern_cond cv = FERN_COND_INIT;
     long waiting = 0;

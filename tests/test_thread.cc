@@ -379,22 +379,31 @@ TEST(Thread, ErrnoKeptAcrossMigration) {
     ASSERT_EQ(0, fern_cluster_create(&b, 2));
     constexpr int N = 6;
     std::vector<fern_thread *> ts(N);
-    std::atomic<int> bad{0};
+    std::atomic<int> bad{0}, first_want{0}, first_got{0};
+    auto check = [&](int want, const char *) {
+        int got = get_errno();
+        if (got != want) {
+            if (bad.fetch_add(1) == 0) {
+                first_want = want;
+                first_got = got;
+            }
+        }
+    };
     for (int i = 0; i < N; i++)
         ASSERT_EQ(0, spawn_on(&ts[i], a, [&, i] {
             for (int k = 0; k < 50; k++) {
                 int mine = 7 + i * 100 + k;
                 set_errno(mine);
                 if (fern_migrate((k & 1) ? a : b) != 0) bad += 1000;
-                if (get_errno() != mine) bad++;
+                check(mine, "after migrate");
                 if (fern_current_cluster() != ((k & 1) ? a : b)) bad += 100000;
                 fern_yield();
-                if (get_errno() != mine) bad++;
+                check(mine, "after yield");
             }
             fern_migrate(a);
         }));
     for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
-    EXPECT_EQ(0, bad.load());
+    EXPECT_EQ(0, bad.load()) << "first mismatch: errno " << first_got.load() << ", want " << first_want.load();
     EXPECT_EQ(0, fern_cluster_destroy(a));
     EXPECT_EQ(0, fern_cluster_destroy(b));
 }
