@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 GEN := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 CMAKE_COMMON := $(GEN) -DFERN_BUILD_BENCH=ON -DFERN_BUILD_EXAMPLES=ON
 
-.PHONY: all build test test-release test-asan test-tsan demo bench format lint install clean
+.PHONY: all build build-asan build-tsan test test-release test-asan test-tsan test-install test-servers test-fuzz demo bench format lint clean
 
 all: build
 
@@ -29,12 +29,22 @@ test-asan: build-asan
 test-tsan: build-tsan
 	cd build/tsan && ctest --output-on-failure -j 2
 
-test: test-release test-asan test-tsan test-install
+test: test-release test-asan test-tsan test-install test-servers test-fuzz
 
 # Install into a scratch prefix and build a program against it, both with
 # pkg-config and with find_package(fern).
 test-install: build
 	sh tests/install/check.sh build/release
+
+# The HTTP example end to end: pipelining, malformed and oversized requests,
+# idle clients, vanished clients, 2,000 connections, fd leaks, SIGTERM.
+test-servers: build
+	sh tests/servers/check.sh build/release
+
+# libFuzzer on the HTTP parser for a bounded time (needs clang).
+FUZZ_TIME ?= 60
+test-fuzz:
+	sh tests/fuzz/run.sh $(FUZZ_TIME)
 
 demo: build
 	./build/release/examples/tour
@@ -43,7 +53,7 @@ bench: build
 	python3 bench/run.py
 
 format:
-	clang-format -i include/fern/*.h src/*.c src/*.h tests/*.cc tests/stress/*.cc examples/*.c bench/*.c
+	clang-format -i include/fern/*.h include/fern/*.hpp src/*.c src/*.h tests/*.cc tests/*.h tests/stress/*.cc examples/*.c examples/*.h bench/*.c
 
 lint:
 	cmake -S . -B build/lint $(GEN) -DCMAKE_EXPORT_COMPILE_COMMANDS=ON -DFERN_BUILD_BENCH=OFF

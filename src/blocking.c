@@ -30,10 +30,10 @@ static struct {
     pthread_mutex_t mu;
     pthread_cond_t work, gone;
     struct job *head, *tail;
-    unsigned nthreads, nidle, max;
+    unsigned nqueued, nthreads, nidle, max;
     bool stopping;
 } BP = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
-        NULL, NULL, 0, 0, 0, false};
+        NULL, NULL, 0, 0, 0, 0, false};
 
 static void *helper_main(void *arg)
 {
@@ -52,6 +52,7 @@ static void *helper_main(void *arg)
         if (!BP.head)
             break; /* stopping and no work left */
         struct job *j = BP.head;
+        BP.nqueued--;
         BP.head = j->next;
         if (!BP.head)
             BP.tail = NULL;
@@ -86,7 +87,9 @@ static void job_publish(void *arg)
     else
         BP.head = j;
     BP.tail = j;
-    if (BP.nidle == 0 && BP.nthreads < BP.max) {
+    /* Idle helpers leave nidle only once they run, so compare with the
+     * queue: more queued jobs than idle helpers means start one. */
+    if (++BP.nqueued > BP.nidle && BP.nthreads < BP.max) {
         pthread_t t;
         pthread_attr_t a;
         pthread_attr_init(&a);
@@ -119,7 +122,7 @@ void *fern_blocking(void *(*fn)(void *), void *arg)
     STORE_RELAXED(&self->wait_obj, (const void *)fn);
     parker_wait(j.wt.p, job_publish, &j, FERN_FOREVER);
     STORE_RELAXED(&self->wait_what, NULL);
-    errno = j.err;
+    errno_set(j.err);
     return j.result;
 }
 

@@ -320,6 +320,7 @@ struct fern_cluster {
     uint32_t nspinning;         /* idle workers spinning before they sleep */
     uint32_t stopping;
     int64_t live_ext;           /* threads gained from outside its workers */
+    uint32_t wakers;            /* inbox pushes still inside cluster_wake */
     unsigned nworkers;
     struct fern_cluster *next_cluster;
     struct worker *workers[];   /* nworkers pointers */
@@ -345,6 +346,12 @@ struct runtime {
 extern struct runtime rt;
 
 struct worker *worker_self(void);
+/* errno is at a per-kernel-thread address that glibc declares `const`, so
+ * in a function that parks the compiler may reuse the address computed
+ * before the park. Such functions read and write errno through these. */
+int errno_get(void);
+void errno_set(int e);
+
 /* Bump a counter only its worker writes (others read it relaxed). */
 #define COUNT(p, d) STORE_RELAXED((p), *(p) + (d))
 int64_t cluster_live(struct fern_cluster *c);
@@ -364,6 +371,7 @@ int cluster_start(struct fern_cluster **out, unsigned nworkers);
 void cluster_stop(struct fern_cluster *c);
 void cluster_wake(struct fern_cluster *c);
 void inbox_push(struct fern_cluster *c, fern_thread *t);
+void inbox_push_wake(struct fern_cluster *c, fern_thread *t);
 
 /* thread.c internals used by sched.c */
 fern_thread *thread_alloc(struct worker *w);

@@ -37,6 +37,8 @@
 #define FD_CHUNK 1024u
 #define EV_WAKE UINT64_MAX
 
+static void unlock_spin_io(void *l) { spin_unlock(l); }
+
 struct fdent {
     uint32_t lock;
     uint8_t registered;
@@ -163,13 +165,17 @@ static struct fdent *io_prepare(int fd)
     return e;
 }
 
-static void io_dispatch(struct epoll_event *ev)
+static void io_dispatch(struct epoll_event *ev, bool owner)
 {
     if (ev->data.u64 == EV_WAKE) {
-        uint64_t v;
-        ssize_t r = read(IO.evfd, &v, sizeof v);
-        (void)r;
-        STORE_RELAXED(&IO.wake_pending, 0);
+        /* Only the poll owner drains the wake: if a non-blocking poller
+         * read it, the owner's epoll_wait would find nothing and sleep on. */
+        if (owner) {
+            uint64_t v;
+            ssize_t r = read(IO.evfd, &v, sizeof v);
+            (void)r;
+            STORE_RELAXED(&IO.wake_pending, 0);
+        }
         return;
     }
     int fd = (int)(uint32_t)ev->data.u64;
@@ -205,14 +211,17 @@ static void io_dispatch(struct epoll_event *ev)
 }
 
 /* Poll and dispatch; timeout_ns 0 = do not block. Returns events handled. */
-static int io_poll_for(int64_t timeout_ns)
+static int io_poll_for(int64_t timeout_ns, bool owner)
 {
     struct epoll_event evs[64];
     int ms = timeout_ns == FERN_FOREVER ? -1 : (int)((timeout_ns + 999999) / 1000000);
     int n = epoll_wait(IO.epfd, evs, 64, ms);
-    for (int i = 0; i < n; i++)
-        io_dispatch(&evs[i]);
-    return n > 0 ? n : 0;
+    int handled = 0;
+    for (int i = 0; i < n; i++) {
+        io_dispatch(&evs[i], owner);
+        handled += evs[i].data.u64 != EV_WAKE;
+    }
+    return handled;
 }
 
 bool io_active(void) { return LOAD_RELAXED(&IO.waiters) != 0; }
@@ -223,7 +232,7 @@ int io_poll_nonblocking(void)
 {
     if (!io_active())
         return 0;
-    return io_poll_for(0);
+    return io_poll_for(0, false);
 }
 
 /* Idle path: become the poll owner and sleep in epoll_wait until an event,
@@ -248,7 +257,7 @@ bool io_sleep(struct worker *w, int64_t deadline)
         if (timeout < 0)
             timeout = 0;
     }
-    io_poll_for(timeout);
+    io_poll_for(timeout, true);
     STORE(&w->in_epoll, 0);
     STORE(&IO.poll_owner, 0);
     return true;
@@ -264,16 +273,32 @@ void io_wake(void)
     (void)r;
 }
 
-enum { IO_READY = 1, IO_TIMEOUT = 0, IO_ERROR = -1 };
+enum { IO_TIMEOUT = 0, IO_ERROR = -1 };
 
-/* Wait for one direction. Returns IO_READY, IO_TIMEOUT, or IO_ERROR with errno. */
-static int io_wait(int fd, struct fdent *e, int dir, int64_t deadline)
+static int poll_now(int fd, int dirs)
 {
-    fern_thread *self = thread_current();
+    struct pollfd p = {.fd = fd, .events = (short)((dirs & FERN_READ ? POLLIN : 0) |
+                                                    (dirs & FERN_WRITE ? POLLOUT : 0))};
+    if (poll(&p, 1, 0) <= 0)
+        return 0;
+    int ev = 0;
+    if (p.revents & (POLLIN | POLLHUP | POLLERR | POLLRDHUP))
+        ev |= FERN_READ;
+    if (p.revents & (POLLOUT | POLLHUP | POLLERR))
+        ev |= FERN_WRITE;
+    return ev & dirs;
+}
+
+/* Wait until fd is ready in one of `dirs` (FERN_READ, FERN_WRITE or both).
+ * Returns the direction(s) that woke us (> 0), IO_TIMEOUT, or IO_ERROR with
+ * errno (EBADF: closed while waiting; EBUSY: that direction already has a
+ * waiter). A return may be a stale edge: callers retry their system call. */
+static int io_wait(int fd, struct fdent *e, int dirs, int64_t deadline)
+{
     if (!e->pollable) {
-        /* An fd epoll refuses blocks in poll(2). */
-        struct pollfd p = {.fd = fd, .events = (short)((dir & FERN_READ ? POLLIN : 0) |
-                                                        (dir & FERN_WRITE ? POLLOUT : 0))};
+        /* An fd epoll refuses (a regular file, say) blocks in poll(2). */
+        struct pollfd p = {.fd = fd, .events = (short)((dirs & FERN_READ ? POLLIN : 0) |
+                                                        (dirs & FERN_WRITE ? POLLOUT : 0))};
         for (;;) {
             int ms = -1;
             if (deadline != FERN_FOREVER) {
@@ -285,37 +310,54 @@ static int io_wait(int fd, struct fdent *e, int dir, int64_t deadline)
             int r = poll(&p, 1, ms);
             if (r > 0) {
                 if (p.revents & POLLNVAL) {
-                    errno = EBADF;
+                    errno_set(EBADF);
                     return IO_ERROR;
                 }
-                return IO_READY;
+                return dirs;
             }
             if (r < 0 && errno != EINTR)
                 return IO_ERROR;
         }
     }
-    struct waiter **slot = dir == FERN_READ ? &e->rw : &e->ww;
-    uint8_t *ready = dir == FERN_READ ? &e->rready : &e->wready;
+    fern_thread *self = thread_current();
     spin_lock(&e->lock);
-    if (*ready) {
-        *ready = 0;
-        spin_unlock(&e->lock);
-        return IO_READY;
+    int ready = 0;
+    if ((dirs & FERN_READ) && e->rready) {
+        e->rready = 0;
+        ready |= FERN_READ;
     }
-    if (*slot) {
+    if ((dirs & FERN_WRITE) && e->wready) {
+        e->wready = 0;
+        ready |= FERN_WRITE;
+    }
+    if (ready) {
         spin_unlock(&e->lock);
-        errno = EBUSY;
+        return ready;
+    }
+    if (((dirs & FERN_READ) && e->rw) || ((dirs & FERN_WRITE) && e->ww)) {
+        spin_unlock(&e->lock);
+        errno_set(EBUSY);
         return IO_ERROR;
     }
     if (deadline != FERN_FOREVER && fern_now_ns() >= deadline) {
         spin_unlock(&e->lock);
         return IO_TIMEOUT;
     }
-    struct waiter wt;
-    waiter_init(&wt);
-    *slot = &wt;
+    /* One waiter per direction, sharing one parker (as a select). */
+    struct parker p;
+    struct waiter wr, ww;
+    parker_init(&p);
+    waiter_init(&wr);
+    waiter_init(&ww);
+    wr.p = ww.p = &p;
+    wr.index = FERN_READ;
+    ww.index = FERN_WRITE;
+    if (dirs & FERN_READ)
+        e->rw = &wr;
+    if (dirs & FERN_WRITE)
+        e->ww = &ww;
     if (self) {
-        STORE_RELAXED(&self->wait_what, dir == FERN_READ ? "fd read" : "fd write");
+        STORE_RELAXED(&self->wait_what, dirs == FERN_READ ? "fd read" : "fd write");
         STORE_RELAXED(&self->wait_obj, (void *)(intptr_t)fd);
     }
     ADD_RELAXED(&IO.waiters, 1);
@@ -327,20 +369,28 @@ static int io_wait(int fd, struct fdent *e, int dir, int64_t deadline)
         if (c)
             cluster_wake(c);
     }
-    int st = waiter_wait(&wt, &e->lock, deadline);
+    int st = parker_wait(&p, unlock_spin_io, &e->lock, deadline);
     __atomic_fetch_sub(&IO.waiters, 1, __ATOMIC_RELAXED);
     if (self)
         STORE_RELAXED(&self->wait_what, NULL);
     if (st == W_WOKEN) {
-        if (wt.p->result) {
-            errno = wt.p->result;
+        spin_lock(&e->lock); /* drop the other direction's waiter */
+        if (e->rw == &wr)
+            e->rw = NULL;
+        if (e->ww == &ww)
+            e->ww = NULL;
+        spin_unlock(&e->lock);
+        if (p.result) {
+            errno_set(p.result);
             return IO_ERROR;
         }
-        return IO_READY;
+        return p.index;
     }
     spin_lock(&e->lock);
-    if (*slot == &wt)
-        *slot = NULL;
+    if (e->rw == &wr)
+        e->rw = NULL;
+    if (e->ww == &ww)
+        e->ww = NULL;
     spin_unlock(&e->lock);
     return IO_TIMEOUT;
 }
@@ -351,25 +401,41 @@ static int io_await(int fd, struct fdent *e, int dir)
 {
     int64_t d = LOAD_RELAXED(dir == FERN_READ ? &e->rdl : &e->wdl);
     int r = io_wait(fd, e, dir, d);
-    if (r == IO_READY)
+    if (r > 0)
         return 0;
     if (r == IO_TIMEOUT)
-        errno = ETIMEDOUT;
+        errno_set(ETIMEDOUT);
     return -1;
 }
 
-#define IO_LOOP(fd, dir, call)                                        \
-    do {                                                              \
-        struct fdent *e_ = io_prepare(fd);                            \
-        if (!e_)                                                      \
-            return -1;                                                \
-        for (;;) {                                                    \
-            ssize_t r_ = (call);                                      \
-            if (r_ >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) \
-                return r_;                                            \
-            if (io_await(fd, e_, dir))                                \
-                return -1;                                            \
-        }                                                             \
+/* Try the call; on EAGAIN park until the fd is ready and retry. errno is
+ * read through errno_get: the loop spans parks (see internal.h). */
+#define IO_LOOP(fd, dir, call)                                          \
+    do {                                                                \
+        struct fdent *e_ = io_prepare(fd);                              \
+        if (!e_)                                                        \
+            return -1;                                                  \
+        for (;;) {                                                      \
+            ssize_t r_ = (call);                                        \
+            if (r_ >= 0)                                                \
+                return r_;                                              \
+            int err_ = errno_get();                                     \
+            if (err_ != EAGAIN && err_ != EWOULDBLOCK)                  \
+                return r_;                                              \
+            if (io_await(fd, e_, dir))                                  \
+                return -1;                                              \
+        }                                                               \
+    } while (0)
+
+/* MSG_DONTWAIT asks for one attempt: honour it. */
+#define IO_LOOP_FLAGS(fd, dir, flags, call) \
+    do {                                    \
+        if ((flags) & MSG_DONTWAIT) {       \
+            if (!io_prepare(fd))            \
+                return -1;                  \
+            return (call);                  \
+        }                                   \
+        IO_LOOP(fd, dir, call);             \
     } while (0)
 
 int fern_fd_set_deadline(int fd, int64_t rd, int64_t wd)
@@ -384,50 +450,55 @@ int fern_fd_set_deadline(int fd, int64_t rd, int64_t wd)
 
 int fern_wait_fd(int fd, int events, int64_t deadline_ns)
 {
-    if (events == 0 || (events & ~(FERN_READ | FERN_WRITE))) {
+    if (events == 0 || (events & ~(FERN_READ | FERN_WRITE)) || deadline_ns < 0) {
         errno = EINVAL;
         return -1;
     }
     struct fdent *e = io_prepare(fd);
     if (!e)
         return -1;
-    if (events == (FERN_READ | FERN_WRITE)) {
-        /* Either direction: poll both without parking first, then wait for
-         * reads with writes checked by poll(2) on wake-up. */
-        struct pollfd p = {.fd = fd, .events = POLLIN | POLLOUT};
-        if (poll(&p, 1, 0) > 0)
-            return (p.revents & (POLLIN | POLLHUP | POLLERR) ? FERN_READ : 0) |
-                   (p.revents & (POLLOUT | POLLHUP | POLLERR) ? FERN_WRITE : 0);
+    /* The ready flags may be stale (an edge whose data someone else has
+     * consumed): ask the kernel before and after each wake-up. */
+    for (;;) {
+        int ready = poll_now(fd, events);
+        if (ready)
+            return ready;
+        int r = io_wait(fd, e, events, deadline_ns);
+        if (r == IO_ERROR)
+            return -1;
+        if (r == IO_TIMEOUT)
+            return poll_now(fd, events);
     }
-    int dir = events & FERN_READ ? FERN_READ : FERN_WRITE;
-    int r = io_wait(fd, e, dir, deadline_ns);
-    if (r == IO_ERROR)
-        return -1;
-    return r == IO_READY ? dir : 0;
 }
 
 ssize_t fern_read(int fd, void *buf, size_t n) { IO_LOOP(fd, FERN_READ, read(fd, buf, n)); }
 ssize_t fern_write(int fd, const void *buf, size_t n) { IO_LOOP(fd, FERN_WRITE, write(fd, buf, n)); }
 ssize_t fern_readv(int fd, const struct iovec *iov, int cnt) { IO_LOOP(fd, FERN_READ, readv(fd, iov, cnt)); }
 ssize_t fern_writev(int fd, const struct iovec *iov, int cnt) { IO_LOOP(fd, FERN_WRITE, writev(fd, iov, cnt)); }
-ssize_t fern_recv(int fd, void *buf, size_t n, int flags) { IO_LOOP(fd, FERN_READ, recv(fd, buf, n, flags)); }
+ssize_t fern_recv(int fd, void *buf, size_t n, int flags)
+{
+    IO_LOOP_FLAGS(fd, FERN_READ, flags, recv(fd, buf, n, flags));
+}
 ssize_t fern_send(int fd, const void *buf, size_t n, int flags)
 {
-    IO_LOOP(fd, FERN_WRITE, send(fd, buf, n, flags | MSG_NOSIGNAL));
+    IO_LOOP_FLAGS(fd, FERN_WRITE, flags, send(fd, buf, n, flags | MSG_NOSIGNAL));
 }
 ssize_t fern_recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *from, socklen_t *fl)
 {
-    IO_LOOP(fd, FERN_READ, recvfrom(fd, buf, n, flags, from, fl));
+    IO_LOOP_FLAGS(fd, FERN_READ, flags, recvfrom(fd, buf, n, flags, from, fl));
 }
 ssize_t fern_sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *to,
                     socklen_t tl)
 {
-    IO_LOOP(fd, FERN_WRITE, sendto(fd, buf, n, flags | MSG_NOSIGNAL, to, tl));
+    IO_LOOP_FLAGS(fd, FERN_WRITE, flags, sendto(fd, buf, n, flags | MSG_NOSIGNAL, to, tl));
 }
-ssize_t fern_recvmsg(int fd, struct msghdr *m, int flags) { IO_LOOP(fd, FERN_READ, recvmsg(fd, m, flags)); }
+ssize_t fern_recvmsg(int fd, struct msghdr *m, int flags)
+{
+    IO_LOOP_FLAGS(fd, FERN_READ, flags, recvmsg(fd, m, flags));
+}
 ssize_t fern_sendmsg(int fd, const struct msghdr *m, int flags)
 {
-    IO_LOOP(fd, FERN_WRITE, sendmsg(fd, m, flags | MSG_NOSIGNAL));
+    IO_LOOP_FLAGS(fd, FERN_WRITE, flags, sendmsg(fd, m, flags | MSG_NOSIGNAL));
 }
 
 int fern_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
@@ -437,7 +508,10 @@ int fern_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
         return -1;
     for (;;) {
         int c = accept4(fd, addr, len, flags | SOCK_NONBLOCK);
-        if (c >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+        if (c >= 0)
+            return c;
+        int err = errno_get();
+        if (err != EAGAIN && err != EWOULDBLOCK)
             return c;
         if (io_await(fd, e, FERN_READ))
             return -1;
@@ -449,16 +523,31 @@ int fern_connect(int fd, const struct sockaddr *addr, socklen_t len)
     struct fdent *e = io_prepare(fd);
     if (!e)
         return -1;
-    if (connect(fd, addr, len) == 0)
-        return 0;
-    if (errno != EINPROGRESS)
-        return -1;
+    int64_t backoff = 100000;
+    for (;;) {
+        if (connect(fd, addr, len) == 0)
+            return 0;
+        int err = errno_get();
+        if (err == EINPROGRESS)
+            break;
+        if (err != EAGAIN)
+            return -1;
+        /* A full AF_UNIX backlog says EAGAIN and gives no edge to wait
+         * for: retry with back-off within the write deadline. */
+        int64_t d = LOAD_RELAXED(&e->wdl);
+        if (d != FERN_FOREVER && fern_now_ns() + backoff > d) {
+            errno_set(ETIMEDOUT);
+            return -1;
+        }
+        fern_sleep_ns(backoff);
+        if (backoff < 10000000)
+            backoff *= 2;
+    }
     for (;;) {
         if (io_await(fd, e, FERN_WRITE))
             return -1;
         /* The write edge may be stale (from before connect): confirm. */
-        struct pollfd p = {.fd = fd, .events = POLLOUT};
-        if (poll(&p, 1, 0) > 0)
+        if (poll_now(fd, FERN_WRITE))
             break;
     }
     int err = 0;
@@ -466,7 +555,7 @@ int fern_connect(int fd, const struct sockaddr *addr, socklen_t len)
     if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0)
         return -1;
     if (err) {
-        errno = err;
+        errno_set(err);
         return -1;
     }
     return 0;

@@ -98,12 +98,34 @@ void *self_token(void)
 /* errno lives at a per-kernel-thread address that glibc declares `const`, so
  * the compiler may reuse it across a switch: save and restore it in
  * functions of their own. */
-__attribute__((noinline)) static int errno_save(void) { return errno; }
-__attribute__((noinline)) static void errno_restore(int e) { errno = e; }
+__attribute__((noinline)) int errno_get(void)
+{
+    __asm__ volatile("" ::: "memory");
+    return errno;
+}
+__attribute__((noinline)) void errno_set(int e)
+{
+    __asm__ volatile("" ::: "memory");
+    errno = e;
+}
+#define errno_save errno_get
+#define errno_restore errno_set
 
 /* ------------------------------------------------------------------------ */
 /* Run queues                                                                */
 /* ------------------------------------------------------------------------ */
+
+/* Make t runnable on cluster c from outside c's workers and wake one of
+ * them. Once t is in the inbox it may run, finish, and its cluster be
+ * destroyed: c->wakers keeps cluster_stop from freeing c until the wake is
+ * done. */
+void inbox_push_wake(struct fern_cluster *c, fern_thread *t)
+{
+    ADD_RELAXED(&c->wakers, 1);
+    inbox_push(c, t);
+    cluster_wake(c);
+    __atomic_fetch_sub(&c->wakers, 1, __ATOMIC_RELEASE);
+}
 
 void inbox_push(struct fern_cluster *c, fern_thread *t)
 {
@@ -286,7 +308,9 @@ static bool cluster_has_work(struct worker *w)
     return false;
 }
 
-static void worker_sleep(struct worker *w, int64_t limit)
+static bool any_next(struct worker *w);
+
+static void worker_sleep(struct worker *w)
 {
     struct fern_cluster *c = w->cluster;
     spin_lock(&c->idle_lock);
@@ -297,8 +321,14 @@ static void worker_sleep(struct worker *w, int64_t limit)
     full_fence();
     if (!cluster_has_work(w) && !stack_trim_some(w)) {
         int64_t deadline = timers_next(w);
-        if (limit < deadline)
-            deadline = limit;
+        /* A hand-off waiting behind a busy worker gets a look every 1 ms.
+         * (Checked after listing idle + fence: a hand-off made later sees
+         * nidle > 0 in sched_ready and wakes us.) */
+        if (any_next(w)) {
+            int64_t soon = fern_now_ns() + 1000000;
+            if (soon < deadline)
+                deadline = soon;
+        }
         STORE_RELAXED(&w->n_sleeps, w->n_sleeps + 1);
         if (!io_sleep(w, deadline))
             futex_wait(&w->sleep_word, 1, deadline);
@@ -445,8 +475,16 @@ void sched_yield_green(struct worker *w)
 {
     fern_thread *cur = w->cur;
     fern_thread *next = pick_next(w);
-    if (!next)
-        return; /* alone on this worker */
+    if (!next) {
+        /* Alone on this worker: still serve fds now and then, or a thread
+         * that only yields would keep parked readers waiting. */
+        if ((w->tick & 63) == 0 && io_active() && !io_poll_owned()) {
+            io_poll_nonblocking();
+            next = pick_next(w);
+        }
+        if (!next)
+            return;
+    }
     if (!next->sp) {
         w->start = next;
         next = &w->g0;
@@ -463,7 +501,7 @@ void sched_ready(fern_thread *t)
     struct worker *w = worker_self();
     if (w && w->cluster == t->cluster) {
         STORE_RELAXED(&t->run_state, T_RUNNABLE);
-        fern_thread *old = __atomic_exchange_n(&w->next, t, __ATOMIC_ACQ_REL);
+        fern_thread *old = __atomic_exchange_n(&w->next, t, __ATOMIC_SEQ_CST);
         if (old)
             runq_put(w, old);
         /* An idle worker watches for a hand-off that waits too long behind
@@ -472,10 +510,7 @@ void sched_ready(fern_thread *t)
             cluster_wake(w->cluster);
         return;
     }
-    /* Read the cluster first: once in the inbox, t may run and migrate. */
-    struct fern_cluster *c = t->cluster;
-    inbox_push(c, t);
-    cluster_wake(c);
+    inbox_push_wake(t->cluster, t);
 }
 
 /* A new thread: onto this worker's ring if it belongs here (and wake an idle
@@ -490,16 +525,14 @@ void sched_spawned(fern_thread *t)
             cluster_wake(c);
         return;
     }
-    inbox_push(c, t);
-    cluster_wake(c);
+    inbox_push_wake(c, t);
 }
 
 static void after_migrate(struct worker *w, fern_thread *prev, void *arg)
 {
     struct fern_cluster *c = arg;
     ADD_RELAXED(&c->live_ext, 1);
-    inbox_push(c, prev);
-    cluster_wake(c);
+    inbox_push_wake(c, prev);
 }
 
 int fern_migrate(fern_cluster *c)
@@ -612,7 +645,7 @@ static fern_thread *find_work(struct worker *w)
             __atomic_fetch_sub(&c->nspinning, 1, __ATOMIC_SEQ_CST);
             continue; /* one more look after leaving the spinners */
         }
-        worker_sleep(w, any_next(w) ? now + 1000000 : FERN_FOREVER);
+        worker_sleep(w);
         spinning = true;
         ADD_RELAXED(&c->nspinning, 1);
         spin_until = fern_now_ns() + SPIN_NS;
@@ -726,6 +759,8 @@ void cluster_stop(struct fern_cluster *c)
     cluster_wake_all(c);
     for (unsigned i = 0; i < c->nworkers; i++)
         pthread_join(c->workers[i]->os, NULL);
+    while (LOAD(&c->wakers))
+        sched_yield(); /* a waker is still inside cluster_wake(c) */
     pthread_mutex_lock(&rt.boot_lock);
     for (struct fern_cluster **p = &rt.clusters; *p; p = &(*p)->next_cluster)
         if (*p == c) {
@@ -917,14 +952,17 @@ void sched_dump_clusters(FILE *f)
 {
     pthread_mutex_lock(&rt.boot_lock);
     for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster) {
-        fprintf(f, "cluster %p%s: %u workers, %u idle, %u threads, inbox %u\n", (void *)c,
-                c == rt.dflt ? " (default)" : "", c->nworkers, LOAD_RELAXED(&c->nidle),
+        fprintf(f, "cluster %p%s: %u workers, %u idle, %u spinning, %u threads, inbox %u\n",
+                (void *)c, c == rt.dflt ? " (default)" : "", c->nworkers, LOAD_RELAXED(&c->nidle),
+                LOAD_RELAXED(&c->nspinning),
                 (unsigned)cluster_live(c), LOAD_RELAXED(&c->inbox_n));
         for (unsigned i = 0; i < c->nworkers; i++) {
             struct worker *w = c->workers[i];
             uint32_t q = LOAD_RELAXED(&w->rq_tail) - LOAD_RELAXED(&w->rq_head);
-            fprintf(f, "  worker %u: runq %u, timers %u, switches %llu, steals %llu, sleeps %llu\n",
-                    i, q, LOAD_RELAXED(&w->timers.n),
+            fern_thread *nx = LOAD_RELAXED(&w->next);
+            fprintf(f, "  worker %u: runq %u, next %llu, timers %u, switches %llu, steals %llu, "
+                       "sleeps %llu\n",
+                    i, q, nx ? (unsigned long long)nx->id : 0ull, LOAD_RELAXED(&w->timers.n),
                     (unsigned long long)LOAD_RELAXED(&w->n_switches),
                     (unsigned long long)LOAD_RELAXED(&w->n_steals),
                     (unsigned long long)LOAD_RELAXED(&w->n_sleeps));

@@ -289,10 +289,8 @@ static void unstarve_one(void)
     if (!S.starved)
         STORE_RELAXED(&stack_starved, 0);
     spin_unlock(&S.lock);
-    if (t) {
-        inbox_push(t->cluster, t);
-        cluster_wake(t->cluster);
-    }
+    if (t)
+        inbox_push_wake(t->cluster, t);
 }
 
 void stack_put(struct worker *w, struct stack *s)

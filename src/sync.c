@@ -174,6 +174,11 @@ int fern_mutex_unlock(fern_mutex *m)
     if (likely(__atomic_exchange_n(&m->state_, 0, __ATOMIC_RELEASE) == 1))
         return 0;
     spin_lock(&m->lock_);
+    /* A waiter still asleep in the queue can be starving too: then the next
+     * unlock hands over, whoever barges in now. */
+    struct waiter *head = m->waiters_.head;
+    if (head && fern_now_ns() - head->since > STARVE_NS)
+        STORE_RELAXED(&m->handoff_, 1);
     struct waiter *wt = waitq_claim_one(&m->waiters_);
     spin_unlock(&m->lock_);
     if (wt)

@@ -130,8 +130,8 @@ TEST(Arch, StackAlignedForSse) {
 // Callee-saved registers survive switches: a computation that keeps values
 // in registers across many yields gets the right answer while other threads
 // on the same worker churn their own registers.
-__attribute__((noinline)) long churn(long seed) {
-    long a = seed, b = seed * 3, c = seed * 7, d = seed * 11, e = seed * 13, f = seed * 17;
+__attribute__((noinline)) unsigned long churn(unsigned long seed) {
+    unsigned long a = seed, b = seed * 3, c = seed * 7, d = seed * 11, e = seed * 13, f = seed * 17;
     for (int i = 0; i < 2000; i++) {
         a += b ^ i;
         b += c ^ a;
@@ -146,9 +146,9 @@ __attribute__((noinline)) long churn(long seed) {
 }
 
 TEST(Arch, CalleeSavedRegistersSurvive) {
-    long expect[8];
+    unsigned long expect[8];
     for (int i = 0; i < 8; i++) {
-        long a = i, b = i * 3, c = i * 7, d = i * 11, e = i * 13, f = i * 17;
+        unsigned long a = i, b = i * 3, c = i * 7, d = i * 11, e = i * 13, f = i * 17;
         for (int k = 0; k < 2000; k++) {
             a += b ^ k;
             b += c ^ a;
@@ -161,7 +161,7 @@ TEST(Arch, CalleeSavedRegistersSurvive) {
     }
     fern_cluster *c;
     ASSERT_EQ(0, fern_cluster_create(&c, 1));
-    long got[8];
+    unsigned long got[8];
     fern_thread *t[8];
     for (int i = 0; i < 8; i++)
         ASSERT_EQ(0, spawn_on(&t[i], c, [&, i] {
