@@ -270,8 +270,10 @@ int fern_select(fern_select_case *cases, size_t n, int64_t deadline_ns)
     /* Poll in a uniformly random order (Fisher-Yates). */
     for (size_t i = 0; i < n; i++) {
         size_t j = (size_t)(rand_next() % (i + 1));
+        order[i] = (uint8_t)i;
+        uint8_t x = order[i];
         order[i] = order[j];
-        order[j] = (uint8_t)i;
+        order[j] = x;
     }
     lockset_lock(&ls);
     for (size_t k = 0; k < n; k++) {

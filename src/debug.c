@@ -15,7 +15,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define ALTSTACK_SIZE (64 * 1024)
+#define ALTSTACK_SIZE ((size_t)64 * 1024)
 
 static struct sigaction old_segv, old_bus;
 static int installed;
@@ -152,7 +152,10 @@ int fern_dump(FILE *f)
         return -1;
     }
     struct fern_stats s;
-    fern_stats(&s);
+    if (fern_stats(&s)) {
+        errno = EINVAL;
+        return -1;
+    }
     fprintf(f, "fern: %llu live threads, %u clusters, %u workers, stacks %llu mapped / %llu in use\n",
             (unsigned long long)s.threads_live, s.clusters, s.workers,
             (unsigned long long)s.stacks_mapped, (unsigned long long)s.stacks_in_use);

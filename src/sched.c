@@ -717,7 +717,7 @@ int cluster_start(struct fern_cluster **out, unsigned n)
     for (unsigned i = 0; i < n; i++) {
         pthread_attr_t a;
         pthread_attr_init(&a);
-        pthread_attr_setstacksize(&a, 256 * 1024);
+        pthread_attr_setstacksize(&a, (size_t)256 * 1024);
         int r = pthread_create(&c->workers[i]->os, &a, worker_main, c->workers[i]);
         pthread_attr_destroy(&a);
         if (r) {

@@ -50,7 +50,7 @@
 #define MADV_GUARD_INSTALL 102
 #endif
 
-#define PAGE 4096u
+#define PAGE ((size_t)4096)
 #define GUARD_BUDGET_DEFAULT 12000u
 #define SLAB_SLOTS_MIN 16u
 #define SLAB_SLOTS_MAX 1024u
