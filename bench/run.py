@@ -152,6 +152,81 @@ SCENARIOS = {
     },
 }
 
+SCENARIOS.update({
+    "pingpong": {
+        "title": "pingpong: unbuffered channel round trip between two threads, 1 and 2 workers",
+        "timeout": 60,
+        # Two parts per run: the program is started once with W=1 and once
+        # with W=2 (argv: N W); sizes are per part (w1, w2).
+        "parts": [["1"], ["2"]],
+        "java_parallelism": "part",
+        "sizes": {"fern": [(1000000, 100000), (1000000, 100000)],
+                  "pthread": [(20000, 5000), (20000, 5000)],
+                  "go": [(1000000, 100000), (1000000, 100000)],
+                  "java": [(300000, 50000), (300000, 50000)],
+                  "boost": [(1000000, 100000), (50000, 10000)]},
+        "headline": [("ns_per_roundtrip_w1", "lower"), ("ns_per_roundtrip_w2", "lower")],
+        "notes": [
+            "A round trip = A sends i on `ping`, B receives it and sends i+1 on `pong`, A receives and checks it "
+            "(2 sends + 2 receives, each a rendezvous). Timed by A over N round trips after a warm-up; "
+            "w1 and w2 are separate processes. N: fern, go, boost w1 1,000,000; boost w2 50,000; java 300,000; "
+            "pthread 20,000 (the metric is per round trip).",
+            "fern: two fern_chan of capacity 0; w1 = fern_init(workers=1), w2 = the same runtime plus a "
+            "fern_cluster_create(2) on which both threads are spawned (steals_w2 / worker_sleeps_w2 = fern_stats "
+            "deltas over the measured round: how often the pair was actually split over the two workers).",
+            "pthread: two one-slot rendezvous (pthread_mutex + pthread_cond; the sender waits until the value is "
+            "taken); w1 = process pinned to one CPU, w2 = pinned to two CPUs.",
+            "go: unbuffered chan int, GOMAXPROCS=W. java: SynchronousQueue<Integer> between two virtual threads, "
+            "-Djdk.virtualThreadScheduler.parallelism=W -Djdk.virtualThreadScheduler.maxPoolSize=W, 3 warm-up rounds. "
+            "boost: boost::fibers::unbuffered_channel<long>; w1 = both fibers on one thread (round_robin); "
+            "w2 = two threads with algo::work_stealing(2, suspend=true) (idle threads sleep; Boost's default "
+            "suspend=false spins, which measured slower on this shared machine), fibers launched on one of them.",
+        ],
+    },
+    "prodcons": {
+        "title": "prodcons: one producer, one consumer, one-slot buffer (mutex + two condvars) and capacity-1 channel, 1 worker",
+        "timeout": 60,
+        "java_parallelism": 1,
+        "sizes": {"fern": (1000000, 100000), "pthread": (100000, 20000), "go": (1000000, 100000),
+                  "java": (300000, 50000), "boost": (1000000, 100000)},
+        "headline": [("ns_per_item_condvar", "lower"), ("ns_per_item_chan", "lower")],
+        "notes": [
+            "condvar: the classic coursework buffer: one slot, a mutex and two condition variables "
+            "(not_full, not_empty), each side waiting in a while loop and signalling the other. "
+            "chan: the runtime's channel/queue of capacity 1. ns per item from the producer's first put to the "
+            "consumer's last get, after a warm-up; the consumer checks the sum of the items.",
+            "One worker everywhere: fern_init(workers=1); pthread process pinned to one CPU (100,000 items, "
+            "others 1,000,000, java 300,000: the metric is per item); GOMAXPROCS=1; java parallelism=1, "
+            "maxPoolSize=1, 3 warm-up rounds; boost one thread.",
+            "Primitives: fern_mutex/fern_cond, fern_chan(capacity 1); pthread_mutex/pthread_cond (no channel "
+            "version: it would be this same code); sync.Mutex + 2 sync.Cond, make(chan int, 1); "
+            "ReentrantLock + 2 Conditions, ArrayBlockingQueue<Integer>(1); boost::fibers::mutex + "
+            "2 condition_variable, buffered_channel<long>(2) (Boost needs a power of 2 >= 2 and keeps one slot "
+            "free, so it holds at most 1 item).",
+        ],
+    },
+    "mutex": {
+        "title": "mutex: 8 threads on 2 workers increment one counter under one mutex",
+        "timeout": 60,
+        "java_parallelism": 2,
+        "sizes": {"fern": (20000000, 2000000), "pthread": (20000000, 2000000), "go": (20000000, 2000000),
+                  "java": (20000000, 2000000), "boost": (20000000, 2000000)},
+        "headline": [("ops_per_sec", "higher")],
+        "notes": [
+            "4 x workers = 8 threads, 2 workers; each does N/8 lock, counter++, unlock (N = 20,000,000); "
+            "ops_per_sec = N / wall time from the first spawn to the last join (after a warm-up round); the "
+            "counter is checked. **Higher is better; ratio = fern/peer.**",
+            "fern: fern_init(workers=2), fern_mutex (hands off to a waiter that waited > 1 ms). "
+            "pthread: 8 kernel threads, default pthread_mutex, not pinned (2 CPUs). "
+            "go: sync.Mutex, 8 goroutines, GOMAXPROCS=2. java: ReentrantLock (non-fair), 8 virtual threads, "
+            "parallelism=2, maxPoolSize=2, 3 warm-up rounds. boost: boost::fibers::mutex, 2 threads x 4 fibers "
+            "(round_robin on each thread, no migration).",
+            "With a critical section this short, throughput mostly measures how long one thread keeps "
+            "re-acquiring the lock before another gets it (a fair hand-off per unlock would be far slower).",
+        ],
+    },
+})
+
 # Metrics that run.py derives from a run's own lines.
 DERIVED = {
     "million": [("spawn_park_us_per_thread", "spawn_park_s", 1e6, "us"),
@@ -225,27 +300,35 @@ def commands(args, go_bins, java_cls):
             if isinstance(size, str):
                 cmds[(s, rt)] = size
                 continue
-            n = str(size[1] if args.quick else size[0])
+            # A run is one process, or one per part ("parts": extra argv per
+            # process, sizes then a list with one (full, quick) per part).
+            parts = spec.get("parts", [[]])
+            sizes = size if isinstance(size, list) else [size] * len(parts)
+            ns = [str(sz[1] if args.quick else sz[0]) for sz in sizes]
             if rt in ("fern", "pthread", "boost"):
                 exe = os.path.join(cdir, "%s_%s" % (rt, s))
                 if os.access(exe, os.X_OK):
-                    cmds[(s, rt)] = [exe, n]
+                    cmds[(s, rt)] = [[exe, n] + part for n, part in zip(ns, parts)]
                 elif rt == "boost":
                     cmds[(s, rt)] = "not built: %s missing (Boost.Fiber not found by CMake? apt-get install libboost-fiber-dev libboost-context-dev)" % exe
                 else:
                     cmds[(s, rt)] = "not built: %s missing (does the library build?)" % exe
             elif rt == "go":
                 b = go_bins.get(s, "not built: no Go program")
-                cmds[(s, rt)] = [b, n] if not b.startswith("not built") else b
+                cmds[(s, rt)] = [[b, n] + part for n, part in zip(ns, parts)] if not b.startswith("not built") else b
             elif rt == "java":
                 if java_cls.startswith("not built"):
                     cmds[(s, rt)] = java_cls
                     continue
-                flags = []
-                if s == "yield":
-                    flags = ["-Djdk.virtualThreadScheduler.parallelism=1",
-                             "-Djdk.virtualThreadScheduler.maxPoolSize=1"]
-                cmds[(s, rt)] = [JAVA] + flags + ["-cp", java_cls, s.capitalize(), n]
+                argvs = []
+                for n, part in zip(ns, parts):
+                    par = spec.get("java_parallelism", 1 if s == "yield" else None)
+                    if par == "part":
+                        par = part[0]
+                    flags = [] if par is None else ["-Djdk.virtualThreadScheduler.parallelism=%s" % par,
+                                                    "-Djdk.virtualThreadScheduler.maxPoolSize=%s" % par]
+                    argvs.append([JAVA] + flags + ["-cp", java_cls, s.capitalize(), n] + part)
+                cmds[(s, rt)] = argvs
     return cmds
 
 
@@ -253,7 +336,22 @@ def commands(args, go_bins, java_cls):
 # Running
 # ---------------------------------------------------------------------------
 
-def run_once(argv, timeout):
+def run_once(argvs, timeout):
+    """One run: each argv in turn (a scenario's parts), metrics merged; stops at
+    the first part that fails. Returns (status, {metric: (value, unit)}, seconds, tail)."""
+    metrics, dt, tails = {}, 0.0, []
+    for argv in argvs:
+        status, m, d, tail = run_part(argv, timeout)
+        metrics.update(m)
+        dt += d
+        if tail:
+            tails.append(tail)
+        if status != "ok":
+            return status, metrics, dt, tail
+    return "ok", metrics, dt, " / ".join(tails)[-400:]
+
+
+def run_part(argv, timeout):
     """Run one program. Returns (status, {metric: (value, unit)}, seconds, tail)."""
     t0 = time.monotonic()
     try:
@@ -290,8 +388,8 @@ def run_scenario(s, cmds, runs, budget_end):
         if isinstance(cmds[(s, rt)], str):
             res[rt]["status"] = cmds[(s, rt)]
         else:
-            res[rt]["command"] = " ".join(os.path.relpath(a, ROOT) if a.startswith(ROOT) else a
-                                          for a in cmds[(s, rt)])
+            res[rt]["command"] = "; ".join(" ".join(os.path.relpath(a, ROOT) if a.startswith(ROOT) else a
+                                                    for a in argv) for argv in cmds[(s, rt)])
     for i in range(runs):
         for rt in RUNTIMES:
             r = res[rt]
@@ -345,24 +443,38 @@ def run_scenario(s, cmds, runs, budget_end):
     return res
 
 
-def callgrind(args, cmds):
-    """Instructions per switch of the yield hot path, from two run lengths."""
+# Hot paths counted with callgrind: scenario -> the per-run extra argv (the
+# part to run), how many operations one unit of N makes, and the unit's name.
+# The programs' warm-ups are fixed (or absent), so the difference of two run
+# lengths counts exactly the extra operations.
+CALLGRIND = {
+    "yield": {"extra": [], "ops_per_n": 2, "unit": "switch", "key": "instr_per_switch",
+              "runtimes": ("fern", "boost"), "sizes": ((2000, 12000), (10000, 110000))},
+    "pingpong": {"extra": ["1"], "ops_per_n": 1, "unit": "round trip (1 worker)", "key": "instr_per_roundtrip",
+                 "runtimes": ("fern", "boost"), "sizes": ((12000, 22000), (20000, 120000))},
+}
+
+
+def callgrind(args, cmds, scenario="yield"):
+    """Instructions per operation of a hot path (the yield switch, the
+    pingpong round trip), from two run lengths."""
     vg = shutil.which("valgrind")
     if not vg:
         return {"status": "skipped: valgrind not installed"}
+    cg = CALLGRIND[scenario]
     out = {}
-    n1, n2 = (2000, 12000) if args.quick else (10000, 110000)
+    n1, n2 = cg["sizes"][0] if args.quick else cg["sizes"][1]
     tmp = tempfile.mkdtemp(prefix="fern-callgrind-")
     try:
-        for rt in ("fern", "boost"):
-            c = cmds.get(("yield", rt))
+        for rt in cg["runtimes"]:
+            c = cmds.get((scenario, rt))
             if isinstance(c, str) or not c:
                 out[rt] = {"status": c or "not built"}
                 continue
             counts, pcts = [], []
             for n in (n1, n2):
                 rc, msg = sh([vg, "--tool=callgrind", "--callgrind-out-file=" + os.path.join(tmp, "cg.%s.%d" % (rt, n)),
-                              c[0], str(n)], timeout=300)
+                              c[0][0], str(n)] + cg["extra"], timeout=300)
                 m = re.search(r"Collected\s*:\s*(\d+)", msg)
                 if rc != 0 or not m:
                     out[rt] = {"status": "failed: " + msg.strip()[-300:]}
@@ -371,14 +483,19 @@ def callgrind(args, cmds):
                 sp = re.search(r"switch_pct\s+([0-9.eE+-]+)", msg)
                 pcts.append(float(sp.group(1)) if sp else -1.0)
             else:
-                switches = 2 * (n2 - n1)
-                out[rt] = {"status": "ok", "instr_per_switch": (counts[1] - counts[0]) / switches,
-                           "switch_pct": pcts,
-                           "method": "callgrind Ir(%d yields/thread) - Ir(%d yields/thread), / %d switches; "
-                                     "switch_pct under valgrind %s" % (n2, n1, switches,
-                                                                       " / ".join("%.1f%%" % p for p in pcts))}
-                if min(pcts) < 99:
-                    out[rt]["status"] = "suspect: the threads did not strictly alternate under valgrind"
+                ops = cg["ops_per_n"] * (n2 - n1)
+                if scenario == "yield":
+                    out[rt] = {"status": "ok", "instr_per_switch": (counts[1] - counts[0]) / ops,
+                               "switch_pct": pcts,
+                               "method": "callgrind Ir(%d yields/thread) - Ir(%d yields/thread), / %d switches; "
+                                         "switch_pct under valgrind %s" % (n2, n1, ops,
+                                                                           " / ".join("%.1f%%" % p for p in pcts))}
+                    if min(pcts) < 99:
+                        out[rt]["status"] = "suspect: the threads did not strictly alternate under valgrind"
+                else:
+                    out[rt] = {"status": "ok", cg["key"]: (counts[1] - counts[0]) / ops,
+                               "method": "callgrind Ir(%d round trips) - Ir(%d round trips), / %d; argv %s" % (
+                                   n2, n1, ops, " ".join(["N"] + cg["extra"]))}
             log("  callgrind %-6s %s" % (rt, out[rt]))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -549,6 +666,25 @@ def write_md(path, data):
                   "- User-space instructions only (valgrind serialises threads on one core; "
                       "kernel work is not counted). fern links the Valgrind stack registration "
                       "when valgrind/valgrind.h is present (FERN_VALGRIND).", ""]
+    cg = data.get("callgrind_pingpong")
+    if cg:
+        L += ["## callgrind: pingpong round trip (1 worker)", ""]
+        if "status" in cg:
+            L += [cg["status"], ""]
+        else:
+            L += ["| runtime | instructions per round trip | method |", "| --- | --- | --- |"]
+            for rt, v in cg.items():
+                if "instr_per_roundtrip" in v:
+                    L.append("| %s | %.1f%s | %s |" % (rt, v["instr_per_roundtrip"],
+                                                      "" if v["status"] == "ok" else " (%s)" % v["status"],
+                                                      v["method"]))
+                else:
+                    L.append("| %s | — | %s |" % (rt, v.get("status", "").replace("|", "/")[:200]))
+            L += ["", "- Counted per round trip: 2 channel sends + 2 receives (4 rendezvous, each parking one "
+                      "side: about 4 context switches) plus the benchmark loop and its check. fern: two "
+                      "fern_chan(capacity 0) on fern_init(workers=1); boost: two unbuffered_channel<long> on one "
+                      "thread. The fixed warm-up (10,000 round trips) and start-up cancel in the difference.",
+                  "- User-space instructions only, as above.", ""]
     L += ["## Build notes", ""] + ["- " + b for b in data.get("build", [])] + [""]
     with open(path, "w") as f:
         f.write("\n".join(L) + "\n")
@@ -638,7 +774,7 @@ def main():
 
     # Cheap scenarios first, so a slow one cannot starve them of the budget;
     # the report keeps the SCENARIOS order.
-    order = ["yield", "spawn", "deepstack", "migrate", "think", "million"]
+    order = ["yield", "spawn", "deepstack", "migrate", "pingpong", "prodcons", "mutex", "think", "million"]
     for s in sorted(scen, key=order.index):
         log("scenario %s (%d run(s) per runtime)" % (s, runs))
         meter = CpuMeter()
@@ -649,6 +785,9 @@ def main():
         if s == "yield" and not args.no_callgrind:
             log("callgrind: yield hot path")
             data["callgrind"] = callgrind(args, cmds)
+        if s == "pingpong" and not args.no_callgrind:
+            log("callgrind: pingpong round trip (1 worker)")
+            data["callgrind_pingpong"] = callgrind(args, cmds, "pingpong")
 
     files, note = plots(data, resdir) if not args.quick else ([], "quick mode: no plots")
     data["plots"] = [os.path.relpath(p, HERE) for p in files]

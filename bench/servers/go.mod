@@ -1,0 +1,3 @@
+module fernbench/servers
+
+go 1.22

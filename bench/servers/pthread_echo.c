@@ -1,0 +1,58 @@
+/* pthread_echo: thread per connection, blocking sockets. --port N;
+ * --workers ignored. SIGINT/SIGTERM exit the process. */
+#define _GNU_SOURCE
+#include "servers_common.h"
+#include <pthread.h>
+
+static void *serve(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    char buf[65536];
+    for (;;) {
+        ssize_t r = read(fd, buf, sizeof buf);
+        if (r <= 0)
+            break;
+        for (ssize_t off = 0; off < r;) {
+            ssize_t w = write(fd, buf + off, (size_t)(r - off));
+            if (w <= 0)
+                goto out;
+            off += w;
+        }
+    }
+out:
+    close(fd);
+    return NULL;
+}
+
+static void on_signal(int s)
+{
+    (void)s;
+    _exit(0);
+}
+
+int main(int argc, char **argv)
+{
+    int port = parse_port(argc, argv);
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    int lfd = listen_on(port, 0, &port);
+    printf("listening on 127.0.0.1:%d\n", port);
+    fflush(stdout);
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&at, 256 * 1024);
+    for (;;) {
+        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE)
+                usleep(10000);
+            continue;
+        }
+        set_nodelay(fd);
+        pthread_t t;
+        if (pthread_create(&t, &at, serve, (void *)(intptr_t)fd) != 0)
+            close(fd);
+    }
+}
