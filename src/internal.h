@@ -346,6 +346,11 @@ struct runtime {
 extern struct runtime rt;
 
 struct worker *worker_self(void);
+/* A stack of class cls is in w's cache (binding it is cheap: no fault). */
+static inline bool stack_ready(struct worker *w, int cls)
+{
+    return w->stacks[cls].nhot || w->stacks[cls].cold;
+}
 /* errno is at a per-kernel-thread address that glibc declares `const`, so
  * in a function that parks the compiler may reuse the address computed
  * before the park. Such functions read and write errno through these. */

@@ -434,10 +434,11 @@ void sched_park(after_fn fn, void *arg)
     w->after_prev = cur;
     w->after_arg = arg;
     next = pick_next(w);
-    if (next && !next->sp) {
-        /* A thread's first run goes through g0: binding may fault in a page
-         * and take a system call, which must not happen while the parking
-         * thread's queue lock is still held (it is released in `fn`). */
+    if (next && !next->sp && !(stack_ready(w, next->stack_cls) && stack_bind(w, next))) {
+        /* Binding a stack that is not in the cache may fault in a page and
+         * take a system call, which must not happen while the parking
+         * thread's queue lock is still held (it is released in `fn`): that
+         * first run goes through g0. */
         w->start = next;
         next = NULL;
     }
@@ -485,7 +486,7 @@ void sched_yield_green(struct worker *w)
         if (!next)
             return;
     }
-    if (!next->sp) {
+    if (!next->sp && !(stack_ready(w, next->stack_cls) && stack_bind(w, next))) {
         w->start = next;
         next = &w->g0;
     }

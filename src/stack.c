@@ -89,14 +89,10 @@ int stack_class(size_t size, size_t *rounded)
 {
     if (size < FERN_STACK_MIN || size > FERN_STACK_MAX)
         return -1;
-    int c = 0;
-    size_t r = FERN_STACK_MIN;
-    while (r < size) {
-        r <<= 1;
-        c++;
-    }
+    /* ceil(log2(size)) - log2(FERN_STACK_MIN) */
+    int c = (size <= FERN_STACK_MIN) ? 0 : 64 - __builtin_clzl(size - 1) - 14;
     if (rounded)
-        *rounded = r;
+        *rounded = FERN_STACK_MIN << c;
     return c;
 }
 
