@@ -63,6 +63,22 @@ static int mutex_lock_slow(fern_mutex *m, int64_t deadline, void *self)
 {
     if (LOAD_RELAXED(&m->owner_) == self)
         return EDEADLK;
+    /* Spin briefly before parking (as Go's mutex does) when the holder can
+     * be running elsewhere: a critical section is often shorter than a park
+     * and a wake-up. Not in hand-off mode (no barging then), and not when
+     * this worker is its cluster's only one: the holder would need it. */
+    struct worker *w = worker_self();
+    if (!LOAD_RELAXED(&m->handoff_) && (!w || w->cluster->nworkers > 1)) {
+        for (int round = 0; round < 4; round++) {
+            for (int k = 0; k < 30; k++)
+                __builtin_ia32_pause();
+            uint32_t z = 0;
+            if (LOAD_RELAXED(&m->state_) == 0 && CAS(&m->state_, &z, 1)) {
+                STORE_RELAXED(&m->owner_, self);
+                return 0;
+            }
+        }
+    }
     int64_t since = 0;
     for (;;) {
         if (__atomic_exchange_n(&m->state_, 2, __ATOMIC_ACQUIRE) == 0)
