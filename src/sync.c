@@ -37,6 +37,36 @@ static void wait_note(const char *what, const void *obj)
     }
 }
 
+/* The common wait: queue the caller on q (the caller holds *lock), park or
+ * block until woken or the deadline (the lock is released once parked),
+ * and on a timeout unlink the waiter again. Returns W_WOKEN or W_TIMEDOUT. */
+static int queue_wait(fern_waitq *q, uint32_t *lock, void *token, const char *what,
+                      const void *obj, int64_t deadline)
+{
+    struct waiter wt;
+    waiter_init(&wt);
+    wt.token = token;
+    waitq_push(q, &wt);
+    wait_note(what, obj);
+    int st = waiter_wait(&wt, lock, deadline);
+    wait_note(NULL, NULL);
+    if (st == W_TIMEDOUT) {
+        spin_lock(lock);
+        waitq_unlink(&wt);
+        spin_unlock(lock);
+    }
+    return st;
+}
+
+/* For *_destroy: EBUSY while anyone waits on q. */
+static int queue_busy(uint32_t *lock, const fern_waitq *q)
+{
+    spin_lock(lock);
+    bool busy = !waitq_empty(q);
+    spin_unlock(lock);
+    return busy ? EBUSY : 0;
+}
+
 int fern_mutex_init(fern_mutex *m)
 {
     if (!m)
@@ -51,10 +81,7 @@ int fern_mutex_destroy(fern_mutex *m)
         return EINVAL;
     if (LOAD(&m->state_) != 0)
         return EBUSY;
-    spin_lock(&m->lock_);
-    bool waiters = !waitq_empty(&m->waiters_);
-    spin_unlock(&m->lock_);
-    return waiters ? EBUSY : 0;
+    return queue_busy(&m->lock_, &m->waiters_);
 }
 
 #define STARVE_NS 1000000 /* a waiter queued this long turns on hand-off */
@@ -214,10 +241,7 @@ int fern_cond_destroy(fern_cond *c)
 {
     if (!c)
         return EINVAL;
-    spin_lock(&c->lock_);
-    bool waiters = !waitq_empty(&c->waiters_);
-    spin_unlock(&c->lock_);
-    return waiters ? EBUSY : 0;
+    return queue_busy(&c->lock_, &c->waiters_);
 }
 
 int fern_cond_timedwait(fern_cond *c, fern_mutex *m, int64_t deadline_ns)
@@ -227,9 +251,12 @@ int fern_cond_timedwait(fern_cond *c, fern_mutex *m, int64_t deadline_ns)
     void *self = self_token();
     if (LOAD_RELAXED(&m->owner_) != self)
         return EPERM;
+    spin_lock(&c->lock_);
+    /* Unlock m only once queued (under c's lock): a signal after the
+     * unlock must find us. m's lock and c's lock are never nested the
+     * other way round. */
     struct waiter wt;
     waiter_init(&wt);
-    spin_lock(&c->lock_);
     waitq_push(&c->waiters_, &wt);
     fern_mutex_unlock(m);
     wait_note("cond", c);
@@ -292,10 +319,7 @@ int fern_sem_destroy(fern_sem *s)
 {
     if (!s)
         return EINVAL;
-    spin_lock(&s->lock_);
-    bool busy = !waitq_empty(&s->waiters_);
-    spin_unlock(&s->lock_);
-    return busy ? EBUSY : 0;
+    return queue_busy(&s->lock_, &s->waiters_);
 }
 
 static int sem_take(fern_sem *s, int64_t deadline, bool try_only)
@@ -312,18 +336,8 @@ static int sem_take(fern_sem *s, int64_t deadline, bool try_only)
         spin_unlock(&s->lock_);
         return try_only ? EAGAIN : ETIMEDOUT;
     }
-    struct waiter wt;
-    waiter_init(&wt);
-    waitq_push(&s->waiters_, &wt);
-    wait_note("sem", s);
-    int st = waiter_wait(&wt, &s->lock_, deadline);
-    wait_note(NULL, NULL);
-    if (st == W_WOKEN)
-        return 0;
-    spin_lock(&s->lock_);
-    waitq_unlink(&wt);
-    spin_unlock(&s->lock_);
-    return ETIMEDOUT;
+    int st = queue_wait(&s->waiters_, &s->lock_, NULL, "sem", s, deadline);
+    return st == W_WOKEN ? 0 : ETIMEDOUT;
 }
 
 int fern_sem_wait(fern_sem *s) { return sem_take(s, FERN_FOREVER, false); }
@@ -461,19 +475,8 @@ static int rw_rdlock(fern_rwlock *rw, int64_t deadline, bool try_only)
         spin_unlock(&rw->lock_);
         return try_only ? EBUSY : ETIMEDOUT;
     }
-    struct waiter wt;
-    waiter_init(&wt);
-    wt.token = self;
-    waitq_push(&rw->readq_, &wt);
-    wait_note("rwlock (read)", rw);
-    int st = waiter_wait(&wt, &rw->lock_, deadline);
-    wait_note(NULL, NULL);
-    if (st == W_TIMEDOUT) {
-        spin_lock(&rw->lock_);
-        waitq_unlink(&wt);
-        spin_unlock(&rw->lock_);
+    if (queue_wait(&rw->readq_, &rw->lock_, self, "rwlock (read)", rw, deadline) == W_TIMEDOUT)
         return ETIMEDOUT;
-    }
     h = rdheld_get(true); /* the thread may have resumed elsewhere: same table */
     h->lock[h->n++] = rw;
     return 0;
@@ -570,10 +573,7 @@ int fern_barrier_destroy(fern_barrier *b)
 {
     if (!b)
         return EINVAL;
-    spin_lock(&b->lock_);
-    bool busy = !waitq_empty(&b->waiters_);
-    spin_unlock(&b->lock_);
-    return busy ? EBUSY : 0;
+    return queue_busy(&b->lock_, &b->waiters_);
 }
 
 int fern_barrier_wait(fern_barrier *b)
@@ -593,12 +593,7 @@ int fern_barrier_wait(fern_barrier *b)
         waiters_release(all, 0);
         return FERN_BARRIER_SERIAL_THREAD;
     }
-    struct waiter wt;
-    waiter_init(&wt);
-    waitq_push(&b->waiters_, &wt);
-    wait_note("barrier", b);
-    waiter_wait(&wt, &b->lock_, FERN_FOREVER);
-    wait_note(NULL, NULL);
+    queue_wait(&b->waiters_, &b->lock_, NULL, "barrier", b, FERN_FOREVER);
     return 0;
 }
 
@@ -656,18 +651,8 @@ int fern_wg_timedwait(fern_wg *wg, int64_t deadline_ns)
         spin_unlock(&wg->lock_);
         return ETIMEDOUT;
     }
-    struct waiter wt;
-    waiter_init(&wt);
-    waitq_push(&wg->waiters_, &wt);
-    wait_note("wait group", wg);
-    int st = waiter_wait(&wt, &wg->lock_, deadline_ns);
-    wait_note(NULL, NULL);
-    if (st == W_WOKEN)
-        return 0;
-    spin_lock(&wg->lock_);
-    waitq_unlink(&wt);
-    spin_unlock(&wg->lock_);
-    return ETIMEDOUT;
+    int st = queue_wait(&wg->waiters_, &wg->lock_, NULL, "wait group", wg, deadline_ns);
+    return st == W_WOKEN ? 0 : ETIMEDOUT;
 }
 
 int fern_wg_wait(fern_wg *wg) { return fern_wg_timedwait(wg, FERN_FOREVER); }
@@ -701,11 +686,6 @@ int fern_call_once(fern_once *o, void (*fn)(void))
         spin_unlock(&o->lock_);
         return 0;
     }
-    struct waiter wt;
-    waiter_init(&wt);
-    waitq_push(&o->waiters_, &wt);
-    wait_note("once", o);
-    waiter_wait(&wt, &o->lock_, FERN_FOREVER);
-    wait_note(NULL, NULL);
+    queue_wait(&o->waiters_, &o->lock_, NULL, "once", o, FERN_FOREVER);
     return 0;
 }
