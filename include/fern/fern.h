@@ -10,6 +10,10 @@
  *  - errno is kept per green thread across parks and migrations; C
  *    thread_local variables belong to the worker (kernel thread) and may change
  *    under a green thread whenever it blocks or yields. Use fern_key_* instead.
+ *    The same holds for any thread-local address the compiler keeps in a
+ *    register: glibc declares errno's accessor `const`, so a function that
+ *    reads errno, then blocks, then reads errno again may read the old
+ *    worker's errno. Read errno right after the call that set it.
  *  - Objects (fern_mutex, fern_cond) are valid when zero-initialised.
  */
 #ifndef FERN_FERN_H
