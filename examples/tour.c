@@ -729,7 +729,7 @@ static int64_t pipe_run(struct pipe *pp, int squarers)
     int64_t t0 = fern_now_ns();
     t[nt++] = spawn_on(NULL, "sum", pipe_sum, pp);
     for (int i = 0; i < squarers; i++) {
-        char name[16];
+        char name[32];
         snprintf(name, sizeof name, "square-%d", i);
         t[nt++] = spawn_on(NULL, name, pipe_square, pp);
     }
