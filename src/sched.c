@@ -34,8 +34,14 @@
  * everything) or the sleeper's re-check sees the work (store-buffer litmus:
  * two seq_cst fences forbid both reads missing). The futex compares the word
  * before sleeping, so a wake between the re-check and the wait is not lost.
- * Work on the running worker's own ring or hand-off slot needs no wake: that
- * worker is awake and will run it.
+ * Work on the running worker's own ring needs no wake for correctness: that
+ * worker is awake and will run it (spawns still wake an idle worker, to run
+ * in parallel). A hand-off into the running worker's `next` slot wakes an
+ * idle worker unless one is already spinning: if the running thread keeps
+ * the CPU, the spinner steals the hand-off once it has waited NEXT_STUCK_NS.
+ * A worker that lists itself idle while some `next` slot is occupied sleeps
+ * at most 1 ms, so a hand-off made just before it listed itself is looked at
+ * again.
  *
  * Timers are fired by their owning worker at ticks and in the idle path; an
  * idle worker sleeps until its earliest deadline.
