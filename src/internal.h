@@ -294,6 +294,7 @@ struct worker {
     uint32_t in_epoll;          /* sleeping in epoll_wait as the poll owner */
     fern_thread g0;             /* the kernel thread's own context */
     uintptr_t *eh;              /* this kernel thread's C++ exception globals, or NULL */
+    int *errno_loc;             /* this kernel thread's errno */
     pthread_t os;
     void *altstack;
     uint64_t id_next, id_end;

@@ -114,8 +114,6 @@ __attribute__((noinline)) void errno_set(int e)
     __asm__ volatile("" ::: "memory");
     errno = e;
 }
-#define errno_save errno_get
-#define errno_restore errno_set
 
 /* ------------------------------------------------------------------------ */
 /* Run queues                                                                */
@@ -391,7 +389,7 @@ static void switch_to(struct worker *w, fern_thread *cur, fern_thread *next, boo
     if (cur->stack && cur->stack->guard == FERN_GUARD_CANARY &&
         *(uint64_t *)cur->stack->lo != STACK_CANARY)
         overflow_report(cur, cur->stack->lo);
-    cur->saved_errno = errno_save();
+    cur->saved_errno = *w->errno_loc;
     if (w->eh) {
         cur->eh[0] = w->eh[0];
         cur->eh[1] = w->eh[1];
@@ -426,7 +424,7 @@ static void switch_to(struct worker *w, fern_thread *cur, fern_thread *next, boo
      * pick_next must not dispatch events). */
     if (unlikely((w->tick & 63) == 0) && io_active() && !io_poll_owned())
         io_poll_nonblocking();
-    errno_restore(cur->saved_errno);
+    *w->errno_loc = cur->saved_errno;
 }
 
 /* Give up the CPU: run `fn(arg)` after the switch, then whatever is next. */
@@ -668,6 +666,7 @@ static void *worker_main(void *arg)
     struct worker *w = arg;
     tls_worker = w;
     w->cur = &w->g0;
+    w->errno_loc = &errno; /* this kernel thread's errno, for switch_to */
     if (__cxa_get_globals)
         w->eh = __cxa_get_globals();
     altstack_setup(w);
