@@ -99,10 +99,28 @@ size_t fern_chan_cap(fern_chan *ch) { return ch ? ch->cap : 0; }
 
 static inline char *slot(fern_chan *ch, size_t i) { return ch->buf + (i % ch->cap) * ch->elem_size; }
 
+/* Copy one element; the common small sizes without a call. */
+static inline void elem_copy(fern_chan *ch, void *dst, const void *src)
+{
+    switch (ch->elem_size) {
+    case 8:
+        memcpy(dst, src, 8);
+        break;
+    case 4:
+        memcpy(dst, src, 4);
+        break;
+    case 16:
+        memcpy(dst, src, 16);
+        break;
+    default:
+        memcpy(dst, src, ch->elem_size);
+    }
+}
+
 static inline void copy_out(fern_chan *ch, void *dst, const void *src)
 {
     if (dst)
-        memcpy(dst, src, ch->elem_size);
+        elem_copy(ch, dst, src);
 }
 
 /* Under the lock: try to send now. Returns 0 (sent), EPIPE (closed) or
@@ -118,7 +136,7 @@ static int try_send_locked(fern_chan *ch, const void *elem, struct waiter **wake
         return 0;
     }
     if (ch->count < ch->cap) {
-        memcpy(slot(ch, ch->head + ch->count), elem, ch->elem_size);
+        elem_copy(ch, slot(ch, ch->head + ch->count), elem);
         ch->count++;
         return 0;
     }
@@ -135,7 +153,7 @@ static int try_recv_locked(fern_chan *ch, void *elem, struct waiter **wake)
         ch->count--;
         struct waiter *s = waitq_claim_one(&ch->sendq);
         if (s) {
-            memcpy(slot(ch, ch->head + ch->count), s->data, ch->elem_size);
+            elem_copy(ch, slot(ch, ch->head + ch->count), s->data);
             ch->count++;
             *wake = s;
         }

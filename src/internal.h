@@ -118,6 +118,10 @@ struct parker {
     uint32_t state;
     int32_t result;          /* set by the waker: 0 or an errno value */
     int32_t index;           /* which waiter won (select case) */
+    uint8_t solo;            /* one waiter, no deadline: only a waiter holding
+                              * the queue's lock (or the one waker of a join
+                              * or a blocking job) can claim it, so the claim
+                              * needs no CAS */
     fern_thread *thread;     /* NULL: an OS thread blocked on the futex */
     void (*unlock)(void *);  /* run once the thread is parked */
     void *unlock_arg;
@@ -142,6 +146,7 @@ static inline void parker_init(struct parker *p)
     p->state = W_WAITING;
     p->result = 0;
     p->index = 0;
+    p->solo = 0;
     p->thread = NULL;
     p->unlock = NULL;
     p->timer.index = -1;
@@ -169,7 +174,19 @@ int parker_wait(struct parker *p, void (*unlock)(void *), void *arg, int64_t dea
 int waiter_wait(struct waiter *wt, uint32_t *lock, int64_t deadline);
 /* Take the waiter's parker: true if this call won it (it is then W_CLAIMED
  * and must be finished with waiter_release). */
-bool waiter_claim(struct waiter *wt);
+static inline bool waiter_claim(struct waiter *wt)
+{
+    struct parker *p = wt->p;
+    if (p->solo) {
+        STORE_RELAXED(&p->state, W_CLAIMED);
+    } else {
+        uint32_t expect = W_WAITING;
+        if (!CAS(&p->state, &expect, W_CLAIMED))
+            return false;
+    }
+    p->index = wt->index;
+    return true;
+}
 void waiter_release(struct waiter *wt, int result);
 /* claim + release(0). */
 bool waiter_wake(struct waiter *wt);
@@ -179,7 +196,11 @@ void waitq_push_front(fern_waitq *q, struct waiter *wt);
 void waitq_unlink(struct waiter *wt);
 /* Pop waiters until one is claimed; returns it (W_CLAIMED, to be released
  * by the caller) or NULL. */
-struct waiter *waitq_claim_one(fern_waitq *q);
+struct waiter *waitq_claim_one_slow(fern_waitq *q);
+static inline struct waiter *waitq_claim_one(fern_waitq *q)
+{
+    return q->head ? waitq_claim_one_slow(q) : NULL;
+}
 /* Claim every waiter that can still be won, chained through ->next. Wakers
  * claim under the queue's lock and release after dropping it: a woken
  * thread may destroy the object holding the queue (and its lock) as soon as
@@ -283,6 +304,8 @@ struct worker {
     void *after_arg;
     struct fern_cluster *cluster;
     unsigned index;
+    bool alone;                 /* its cluster's only worker: no thief ever
+                                 * touches `next`, plain loads and stores do */
     /* run queue: head taken by CAS (owner and thieves), tail owner-only */
     uint32_t rq_head __attribute__((aligned(64)));
     uint32_t rq_tail;
@@ -346,7 +369,25 @@ struct runtime {
 };
 extern struct runtime rt;
 
-struct worker *worker_self(void);
+/* DESIGN invariant 4: a green thread can resume on another kernel thread,
+ * and a compiler may keep the thread pointer (or a TLS address derived from
+ * it) in a register across a call, such as a context switch. So every read
+ * of worker-local state goes through worker_self(), which reads the TLS slot
+ * with a volatile asm: it is re-executed at each use (never merged with an
+ * earlier read), and its memory clobber keeps it from moving across a
+ * switch. Two instructions, inlined. */
+extern __thread struct worker *fern_tls_worker_
+    __attribute__((tls_model("initial-exec"), visibility("hidden")));
+static inline struct worker *worker_self(void)
+{
+    struct worker *w;
+    __asm__ volatile("movq fern_tls_worker_@gottpoff(%%rip), %0\n\t"
+                     "movq %%fs:(%0), %0"
+                     : "=r"(w)
+                     :
+                     : "memory");
+    return w;
+}
 /* A stack of class cls is in w's cache (binding it is cheap: no fault). */
 static inline bool stack_ready(struct worker *w, int cls)
 {

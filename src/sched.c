@@ -66,18 +66,9 @@
 
 struct runtime rt = {.boot_lock = PTHREAD_MUTEX_INITIALIZER};
 
-static __thread struct worker *tls_worker __attribute__((tls_model("initial-exec")));
-
-/* DESIGN invariant 4: a green thread can resume on another kernel thread, and
- * the compiler may keep a TLS address in a register across a call. Every read
- * of worker-local state goes through this function; the empty asm makes it
- * impure, so two calls are never merged, and noinline keeps it a call. */
-__attribute__((noinline)) struct worker *worker_self(void)
-{
-    struct worker *w = tls_worker;
-    __asm__ volatile("" : "+r"(w)::"memory");
-    return w;
-}
+/* The worker running the calling kernel thread; read by worker_self() in
+ * internal.h, which explains why it is read through an asm statement. */
+__thread struct worker *fern_tls_worker_ __attribute__((tls_model("initial-exec")));
 
 int64_t fern_now_ns(void)
 {
@@ -369,10 +360,16 @@ static fern_thread *pick_next(struct worker *w)
         if ((t = inbox_pop(w->cluster)) != NULL)
             return t;
     }
-    if (LOAD_RELAXED(&w->next) && w->next_streak < NEXT_STREAK_MAX &&
-        (t = __atomic_exchange_n(&w->next, NULL, __ATOMIC_ACQ_REL)) != NULL) {
-        w->next_streak++;
-        return t;
+    if ((t = LOAD_RELAXED(&w->next)) != NULL && w->next_streak < NEXT_STREAK_MAX) {
+        if (w->alone) {
+            STORE_RELAXED(&w->next, NULL);
+            w->next_streak++;
+            return t;
+        }
+        if ((t = __atomic_exchange_n(&w->next, NULL, __ATOMIC_ACQ_REL)) != NULL) {
+            w->next_streak++;
+            return t;
+        }
     }
     w->next_streak = 0;
     if ((t = runq_get(w)) != NULL)
@@ -506,6 +503,14 @@ void sched_ready(fern_thread *t)
     struct worker *w = worker_self();
     if (w && w->cluster == t->cluster) {
         STORE_RELAXED(&t->run_state, T_RUNNABLE);
+        if (w->alone) {
+            /* No thieves, and this worker is awake: nobody to wake. */
+            fern_thread *old = LOAD_RELAXED(&w->next);
+            STORE_RELAXED(&w->next, t);
+            if (old)
+                runq_put(w, old);
+            return;
+        }
         fern_thread *old = __atomic_exchange_n(&w->next, t, __ATOMIC_SEQ_CST);
         if (old)
             runq_put(w, old);
@@ -664,7 +669,7 @@ static fern_thread *find_work(struct worker *w)
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
-    tls_worker = w;
+    fern_tls_worker_ = w;
     w->cur = &w->g0;
     w->errno_loc = &errno; /* this kernel thread's errno, for switch_to */
     if (__cxa_get_globals)
@@ -696,7 +701,7 @@ static void *worker_main(void *arg)
     run_after(w);
     stack_cache_flush(w);
     altstack_free(w);
-    tls_worker = NULL;
+    fern_tls_worker_ = NULL;
     return NULL;
 }
 
@@ -717,6 +722,7 @@ int cluster_start(struct fern_cluster **out, unsigned n)
         memset(w, 0, sizeof *w);
         w->cluster = c;
         w->index = i;
+        w->alone = n == 1;
         w->g0.alloc = A_LIVE;
         c->workers[i] = w;
     }

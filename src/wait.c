@@ -117,16 +117,8 @@ static void unlock_spin(void *l) { spin_unlock(l); }
 
 int waiter_wait(struct waiter *wt, uint32_t *lock, int64_t deadline)
 {
+    wt->p->solo = deadline == FERN_FOREVER && wt->p == &wt->own;
     return parker_wait(wt->p, lock ? unlock_spin : NULL, lock, deadline);
-}
-
-bool waiter_claim(struct waiter *wt)
-{
-    uint32_t expect = W_WAITING;
-    if (!CAS(&wt->p->state, &expect, W_CLAIMED))
-        return false;
-    wt->p->index = wt->index;
-    return true;
 }
 
 void waiter_release(struct waiter *wt, int result)
@@ -190,7 +182,7 @@ void waitq_unlink(struct waiter *wt)
     wt->next = wt->prev = NULL;
 }
 
-struct waiter *waitq_claim_one(fern_waitq *q)
+struct waiter *waitq_claim_one_slow(fern_waitq *q)
 {
     struct waiter *wt;
     while ((wt = q->head) != NULL) {
