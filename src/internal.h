@@ -191,7 +191,18 @@ void waiter_release(struct waiter *wt, int result);
 /* claim + release(0). */
 bool waiter_wake(struct waiter *wt);
 
-void waitq_push(fern_waitq *q, struct waiter *wt);
+static inline void waitq_push(fern_waitq *q, struct waiter *wt)
+{
+    struct waiter *tail = q->tail;
+    wt->next = NULL;
+    wt->prev = tail;
+    wt->q = q;
+    if (tail)
+        tail->next = wt;
+    else
+        q->head = wt;
+    q->tail = wt;
+}
 void waitq_push_front(fern_waitq *q, struct waiter *wt);
 void waitq_unlink(struct waiter *wt);
 /* Pop waiters until one is claimed; returns it (W_CLAIMED, to be released
@@ -199,7 +210,23 @@ void waitq_unlink(struct waiter *wt);
 struct waiter *waitq_claim_one_slow(fern_waitq *q);
 static inline struct waiter *waitq_claim_one(fern_waitq *q)
 {
-    return q->head ? waitq_claim_one_slow(q) : NULL;
+    struct waiter *wt = q->head;
+    if (!wt)
+        return NULL;
+    if (!wt->p->solo)
+        return waitq_claim_one_slow(q);
+    /* The head is a solo waiter: unlink it and win it outright. */
+    struct waiter *n = wt->next;
+    q->head = n;
+    if (n)
+        n->prev = NULL;
+    else
+        q->tail = NULL;
+    wt->q = NULL;
+    wt->next = NULL;
+    STORE_RELAXED(&wt->p->state, W_CLAIMED);
+    wt->p->index = wt->index;
+    return wt;
 }
 /* Claim every waiter that can still be won, chained through ->next. Wakers
  * claim under the queue's lock and release after dropping it: a woken

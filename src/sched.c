@@ -68,7 +68,7 @@ struct runtime rt = {.boot_lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* The worker running the calling kernel thread; read by worker_self() in
  * internal.h, which explains why it is read through an asm statement. */
-__thread struct worker *fern_tls_worker_ __attribute__((tls_model("initial-exec")));
+__thread struct worker *fern_tls_worker_ __attribute__((tls_model("initial-exec"), used));
 
 int64_t fern_now_ns(void)
 {
@@ -349,8 +349,9 @@ static inline void run_after(struct worker *w)
     }
 }
 
-/* Pick the next thread to run without blocking; NULL if none. */
-static fern_thread *pick_next(struct worker *w)
+/* Pick the next thread to run without blocking; NULL if none. Inlined into
+ * the switch paths: it is on every park and yield. */
+static inline __attribute__((always_inline)) fern_thread *pick_next(struct worker *w)
 {
     fern_thread *t;
     uint32_t tick = ++w->tick;

@@ -115,10 +115,25 @@ int parker_wait(struct parker *p, void (*unlock)(void *), void *arg, int64_t dea
 
 static void unlock_spin(void *l) { spin_unlock(l); }
 
+/* Post-switch action of a green thread parking without a deadline under one
+ * spin lock: the common case, without after_wait's indirections. */
+static void after_wait_spin(struct worker *w, fern_thread *prev, void *arg)
+{
+    spin_unlock(arg);
+}
+
 int waiter_wait(struct waiter *wt, uint32_t *lock, int64_t deadline)
 {
-    wt->p->solo = deadline == FERN_FOREVER && wt->p == &wt->own;
-    return parker_wait(wt->p, lock ? unlock_spin : NULL, lock, deadline);
+    struct parker *p = wt->p;
+    p->solo = deadline == FERN_FOREVER && p == &wt->own;
+    fern_thread *self;
+    if (p->solo && lock && (self = thread_current()) != NULL) {
+        p->thread = self;
+        p->timer.deadline = FERN_FOREVER;
+        sched_park(after_wait_spin, lock);
+        return (int)LOAD(&p->state);
+    }
+    return parker_wait(p, lock ? unlock_spin : NULL, lock, deadline);
 }
 
 void waiter_release(struct waiter *wt, int result)
@@ -139,18 +154,6 @@ bool waiter_wake(struct waiter *wt)
         return false;
     waiter_release(wt, 0);
     return true;
-}
-
-void waitq_push(fern_waitq *q, struct waiter *wt)
-{
-    wt->next = NULL;
-    wt->prev = q->tail;
-    wt->q = q;
-    if (q->tail)
-        ((struct waiter *)q->tail)->next = wt;
-    else
-        q->head = wt;
-    q->tail = wt;
 }
 
 void waitq_push_front(fern_waitq *q, struct waiter *wt)
