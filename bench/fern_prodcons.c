@@ -4,7 +4,9 @@
  *           (not_full, not_empty), each side waiting in a while loop;
  *  chan:    a fern channel of capacity 1.
  * ns per item (producer's first put to consumer's last get); the consumer
- * checks the sum of the items. */
+ * checks the sum of the items.
+ * Usage: fern_prodcons [N [cv|chan]]  N items; the second argument runs only
+ * that version (for callgrind: the warm-up is N/10 + 1 items either way). */
 #include "bench_common.h"
 
 #include <fern/fern.h>
@@ -98,6 +100,8 @@ static double run(fern_fn prod, fern_fn cons)
 int main(int argc, char **argv)
 {
     long full = bench_arg(argc, argv, 1000000);
+    const char *only = argc > 2 ? argv[2] : "";
+    bool cv = strcmp(only, "chan") != 0, chan = strcmp(only, "cv") != 0;
     fern_config cfg = {.workers = 1, .stack_size = 0};
     int rc = fern_init(&cfg);
     if (rc)
@@ -105,11 +109,15 @@ int main(int argc, char **argv)
     if ((rc = fern_chan_create(&ch, sizeof(long), 1)))
         bench_die("fern_chan_create", rc);
     n = full / 10 + 1; /* warm-up */
-    run(cv_producer, cv_consumer);
-    run(ch_producer, ch_consumer);
+    if (cv)
+        run(cv_producer, cv_consumer);
+    if (chan)
+        run(ch_producer, ch_consumer);
     n = full;
-    bench_print("prodcons", "fern", "ns_per_item_condvar", run(cv_producer, cv_consumer), "ns");
-    bench_print("prodcons", "fern", "ns_per_item_chan", run(ch_producer, ch_consumer), "ns");
+    if (cv)
+        bench_print("prodcons", "fern", "ns_per_item_condvar", run(cv_producer, cv_consumer), "ns");
+    if (chan)
+        bench_print("prodcons", "fern", "ns_per_item_chan", run(ch_producer, ch_consumer), "ns");
     bench_print("prodcons", "fern", "items", (double)n, "count");
     fern_chan_destroy(ch);
     fern_shutdown();

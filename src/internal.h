@@ -435,11 +435,18 @@ void sched_ready(fern_thread *t);
 void sched_yield_green(struct worker *w);
 /* The calling thread's identity for mutex ownership: its fern_thread, or a
  * per-OS-thread token for plain threads. */
-void *self_token(void);
 static inline fern_thread *thread_current(void)
 {
     struct worker *w = worker_self();
     return w && w->cur != &w->g0 ? w->cur : NULL;
+}
+extern __thread char fern_plain_token_ __attribute__((tls_model("initial-exec"), visibility("hidden")));
+static inline void *self_token(void)
+{
+    fern_thread *t = thread_current();
+    /* Not a green thread: this kernel thread's token. Plain threads never
+     * change kernel thread, so taking a TLS address here is safe. */
+    return t ? (void *)t : (void *)&fern_plain_token_;
 }
 int cluster_start(struct fern_cluster **out, unsigned nworkers);
 void cluster_stop(struct fern_cluster *c);

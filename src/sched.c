@@ -84,13 +84,8 @@ int64_t fern_now_ns(void)
  * and out of the thread descriptors. Weak: C programs have no C++ runtime. */
 extern uintptr_t *__cxa_get_globals(void) __attribute__((weak));
 
-static __thread char plain_token;
-
-void *self_token(void)
-{
-    fern_thread *t = thread_current();
-    return t ? (void *)t : (void *)&plain_token;
-}
+/* A plain thread's identity for mutex ownership (see self_token). */
+__thread char fern_plain_token_ __attribute__((tls_model("initial-exec")));
 
 /* errno lives at a per-kernel-thread address that glibc declares `const`, so
  * the compiler may reuse it across a switch: save and restore it in
