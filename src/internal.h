@@ -138,6 +138,9 @@ struct waiter {
     void *token;             /* the waiting thread's identity (mutex owner) */
     int64_t since;           /* when it first queued (mutex fairness) */
     int32_t index;
+    uint8_t heir;            /* a condition waiter moved onto a mutex's queue
+                              * by a broadcast: already claimed, it waits to
+                              * be handed the mutex */
     struct parker own;       /* the parker, unless one is shared */
 };
 
@@ -163,6 +166,7 @@ static inline void waiter_init(struct waiter *wt)
     wt->token = NULL;
     wt->since = 0;
     wt->index = 0;
+    wt->heir = 0;
     parker_init(&wt->own);
 }
 /* Wait: the caller holds the queue locks and has queued its waiters; they are
@@ -465,6 +469,7 @@ bool stack_bind(struct worker *w, fern_thread *t);
 /* arch */
 void *fern_ctx_switch(void **save_sp, void *new_sp, void *arg);
 void fern_ctx_entry(void);
+void fern_ctx_start(void *top, fern_thread *t) __attribute__((noreturn));
 void *ctx_init(char *top, fern_thread *self);
 
 /* io.c */

@@ -442,6 +442,43 @@ void sched_park(after_fn fn, void *arg)
     switch_to(w, cur, next ? next : &w->g0, false);
 }
 
+/* Exit into a thread that has not run yet and wants a stack of the same
+ * class: hand it the exiting thread's stack, hot in the cache, instead of
+ * returning the stack to the pool, switching to g0 to bind one, and switching
+ * again. The exiting thread's after-action runs here, still on its stack:
+ * nothing else owns that stack, and the action touches only the descriptor
+ * (which it may free, or hand to a joiner), never the stack. Then the new
+ * thread starts on a fresh frame at the top, abandoning the old frames. */
+static void sched_relay(struct worker *w, fern_thread *cur, fern_thread *next, after_fn fn,
+                        void *arg) __attribute__((noreturn));
+static void sched_relay(struct worker *w, fern_thread *cur, fern_thread *next, after_fn fn,
+                        void *arg)
+{
+    struct stack *s = cur->stack;
+    if (s->guard == FERN_GUARD_CANARY && *(uint64_t *)s->lo != STACK_CANARY)
+        overflow_report(cur, s->lo);
+    STORE_RELAXED(&cur->stack, NULL);
+#ifdef FERN_TSAN
+    /* Before fn: it may free cur, and with it cur's fiber. */
+    __tsan_switch_to_fiber(next->tsan_fiber, 0);
+#endif
+    fn(w, cur, arg); /* cur may be freed from here on */
+    STORE_RELAXED(&next->stack, s);
+    w->cur = next;
+    if (w->eh) {
+        w->eh[0] = next->eh[0];
+        w->eh[1] = next->eh[1];
+    }
+    STORE_RELAXED(&next->run_state, T_RUNNING);
+    STORE_RELAXED(&w->n_switches, w->n_switches + 1);
+#ifdef FERN_ASAN
+    __sanitizer_start_switch_fiber(NULL, s->lo, s->size);
+    /* The old frames left their redzones poisoned. */
+    ASAN_UNPOISON_MEMORY_REGION(s->lo, s->size - sizeof *s);
+#endif
+    fern_ctx_start((void *)((uintptr_t)s & ~(uintptr_t)15), next);
+}
+
 /* Exit path: never returns. */
 void sched_exit(after_fn fn, void *arg) __attribute__((noreturn));
 void sched_exit(after_fn fn, void *arg)
@@ -450,10 +487,12 @@ void sched_exit(after_fn fn, void *arg)
     fern_thread *cur = w->cur;
     fern_thread *next;
     STORE_RELAXED(&cur->run_state, T_EXITING);
+    next = pick_next(w);
+    if (next && !next->sp && cur->stack && next->stack_cls == cur->stack_cls)
+        sched_relay(w, cur, next, fn, arg);
     w->after = fn;
     w->after_prev = cur;
     w->after_arg = arg;
-    next = pick_next(w);
     if (next && !next->sp) {
         /* Through g0, after `fn` returned our stack to the pool: the new
          * thread reuses it while it is hot. */

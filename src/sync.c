@@ -25,6 +25,16 @@
  * releases the mutex, then parks (lock_ released after the switch). A signal
  * takes lock_ and wakes the first waiter it wins; a waiter that timed out
  * loses that race and the signal goes to the next one.
+ *
+ * Broadcast with the mutex held (wait morphing): waking every waiter only
+ * for all of them to fight over the mutex the caller holds is a thundering
+ * herd. Instead the broadcast claims the waiters and moves those that wait
+ * with the caller's mutex onto that mutex's queue as "heirs" (heirs_ counts
+ * them, handoff_ stays set while any is queued): each unlock then hands the
+ * mutex, still locked, to the next one, which returns from its wait owning
+ * it. Nothing is woken until it can run. A signal does not do this: the
+ * signaller usually locks the mutex again at once, and a hand-off would make
+ * it wait for the woken thread (a convoy).
  */
 #include "internal.h"
 
@@ -187,18 +197,25 @@ int fern_mutex_trylock(fern_mutex *m)
     return 0;
 }
 
-/* Hand-off mode: pass the mutex, still locked, to the first waiter we win. */
+/* Hand-off mode: pass the mutex, still locked, to the first waiter we win
+ * (an heir is won already). Hand-off continues while heirs are queued. */
 static bool mutex_handoff(fern_mutex *m)
 {
     spin_lock(&m->lock_);
-    struct waiter *wt = waitq_claim_one(&m->waiters_);
+    struct waiter *wt = m->waiters_.head;
+    if (wt && wt->heir) {
+        waitq_unlink(wt);
+        m->heirs_--;
+    } else {
+        wt = waitq_claim_one(&m->waiters_);
+    }
     if (!wt) {
         STORE_RELAXED(&m->handoff_, 0);
         spin_unlock(&m->lock_);
         return false;
     }
     STORE_RELAXED(&m->owner_, wt->token);
-    if (waitq_empty(&m->waiters_) || fern_now_ns() - wt->since < STARVE_NS)
+    if (!m->heirs_ && (waitq_empty(&m->waiters_) || (!wt->heir && fern_now_ns() - wt->since < STARVE_NS)))
         STORE_RELAXED(&m->handoff_, 0);
     spin_unlock(&m->lock_);
     waiter_release(wt, 1);
@@ -257,6 +274,8 @@ int fern_cond_timedwait(fern_cond *c, fern_mutex *m, int64_t deadline_ns)
      * other way round. */
     struct waiter wt;
     waiter_init(&wt);
+    wt.token = self;
+    wt.data = m; /* a broadcast may move us onto m's queue */
     waitq_push(&c->waiters_, &wt);
     fern_mutex_unlock(m);
     wait_note("cond", c);
@@ -266,6 +285,8 @@ int fern_cond_timedwait(fern_cond *c, fern_mutex *m, int64_t deadline_ns)
         spin_lock(&c->lock_);
         waitq_unlink(&wt);
         spin_unlock(&c->lock_);
+    } else if (wt.p->result == 1) {
+        return 0; /* moved to m by a broadcast and handed m: we own it */
     }
     fern_mutex_lock(m);
     return st == W_TIMEDOUT ? ETIMEDOUT : 0;
@@ -295,7 +316,45 @@ int fern_cond_broadcast(fern_cond *c)
     spin_lock(&c->lock_);
     struct waiter *all = waitq_claim_all(&c->waiters_);
     spin_unlock(&c->lock_);
-    waiters_release(all, 0);
+    if (!all)
+        return 0;
+    /* Waiters on the mutex the caller holds become its heirs (see the
+     * header); the others (none, unless waits used several mutexes) are
+     * woken to lock theirs. */
+    void *self = self_token();
+    fern_mutex *m = NULL;
+    struct waiter *heirs = NULL, **ht = &heirs, *rest = NULL, **rt = &rest;
+    uint32_t nheirs = 0;
+    for (struct waiter *wt = all, *next; wt; wt = next) {
+        next = wt->next;
+        fern_mutex *wm = wt->data;
+        if (!m && LOAD_RELAXED(&wm->owner_) == self)
+            m = wm;
+        if (wm == m) {
+            *ht = wt;
+            ht = &wt->next;
+            nheirs++;
+        } else {
+            *rt = wt;
+            rt = &wt->next;
+        }
+    }
+    *ht = NULL;
+    *rt = NULL;
+    if (m) {
+        spin_lock(&m->lock_);
+        for (struct waiter *wt = heirs, *next; wt; wt = next) {
+            next = wt->next;
+            wt->heir = 1;
+            waitq_push(&m->waiters_, wt);
+        }
+        m->heirs_ += nheirs;
+        STORE_RELAXED(&m->handoff_, 1);
+        /* We hold m (state 1 or 2); 2 sends our unlock down the slow path. */
+        STORE(&m->state_, 2);
+        spin_unlock(&m->lock_);
+    }
+    waiters_release(rest, 0);
     return 0;
 }
 

@@ -276,10 +276,15 @@ int fern_go(fern_fn fn, void *arg)
     return fern_spawn(NULL, &a, fn, arg);
 }
 
+/* prev's last act, run by the next context (or, when prev handed its stack
+ * to a new thread, by prev itself just before that thread starts: then
+ * prev->stack is already NULL). */
 static void after_exit(struct worker *w, fern_thread *prev, void *arg)
 {
-    stack_put(w, prev->stack);
-    STORE_RELAXED(&prev->stack, NULL);
+    if (prev->stack) {
+        stack_put(w, prev->stack);
+        STORE_RELAXED(&prev->stack, NULL);
+    }
     prev->sp = NULL;
     COUNT(&w->n_exited, 1);
     COUNT(&w->live_delta, -1);

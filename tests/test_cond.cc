@@ -183,6 +183,130 @@ TEST(Cond, BroadcastWakesEveryone) {
     EXPECT_EQ(0, fern_cluster_destroy(cl));
 }
 
+// Broadcast with the mutex held moves the waiters onto the mutex (wait
+// morphing): each must still return owning the mutex exclusively, in turn,
+// while other threads keep locking it, and timed waiters whose deadline
+// passed before the broadcast must time out, not be handed the mutex.
+TEST(Cond, BroadcastWithMutexHeldHandsMutexToEachWaiter) {
+    Watchdog wd(60, "BroadcastWithMutexHeldHandsMutexToEachWaiter");
+    fern_cluster *cl = nullptr;
+    ASSERT_EQ(0, fern_cluster_create(&cl, 2));
+    fern_cond c = FERN_COND_INIT;
+    fern_mutex m = FERN_MUTEX_INIT;
+    int waiting = 0, go = 0, inside = 0, entered = 0;
+    std::atomic<int> overlaps{0}, timedout{0}, lockers_done{0}, errors{0};
+    std::atomic<bool> stop{false};
+    constexpr int GREEN = 300, PLAIN = 2, EARLY = 20, LOCKERS = 4;
+    auto enter = [&] {
+        if (inside++ != 0) overlaps++;
+        entered++;
+        fern_yield(); // another thread of the same worker runs meanwhile
+        inside--;
+    };
+    auto waiter = [&](bool timed) {
+        fern_mutex_lock(&m);
+        waiting++;
+        while (!go) {
+            int rc = timed ? fern_cond_timedwait(&c, &m, fern_now_ns() + ms(60000)) : fern_cond_wait(&c, &m);
+            if (rc != 0) errors++;
+        }
+        enter();
+        if (fern_mutex_unlock(&m) != 0) errors++; // EPERM here: we did not own it
+    };
+    // Timed waiters that give up before the broadcast.
+    std::vector<fern_thread *> early(EARLY);
+    for (int i = 0; i < EARLY; i++)
+        ASSERT_EQ(0, spawn_on(&early[i], (i & 1) ? cl : nullptr, [&] {
+            fern_mutex_lock(&m);
+            int rc = fern_cond_timedwait(&c, &m, fern_now_ns() + ms(5));
+            if (rc == ETIMEDOUT) timedout++;
+            if (fern_mutex_unlock(&m) != 0) errors++;
+        }));
+    for (auto t : early) ASSERT_EQ(0, fern_join(t, nullptr));
+    EXPECT_EQ(EARLY, timedout.load());
+    std::vector<fern_thread *> ts(GREEN);
+    for (int i = 0; i < GREEN; i++)
+        ASSERT_EQ(0, spawn_on(&ts[i], (i & 1) ? cl : nullptr, [&, i] { waiter(i % 3 == 0); }));
+    std::vector<std::thread> ps;
+    for (int i = 0; i < PLAIN; i++) ps.emplace_back([&] { waiter(false); });
+    ASSERT_TRUE(wait_until([&] {
+        fern_mutex_lock(&m);
+        bool all = waiting == GREEN + PLAIN;
+        fern_mutex_unlock(&m);
+        return all;
+    }));
+    // Lockers that compete with the heirs for the whole hand-off.
+    std::vector<fern_thread *> ls(LOCKERS);
+    for (int i = 0; i < LOCKERS; i++)
+        ASSERT_EQ(0, spawn_on(&ls[i], (i & 1) ? cl : nullptr, [&] {
+            while (!stop.load()) {
+                if (fern_mutex_lock(&m) != 0) errors++;
+                enter();
+                if (fern_mutex_unlock(&m) != 0) errors++;
+                fern_yield();
+            }
+            lockers_done++;
+        }));
+    fern_mutex_lock(&m);
+    go = 1;
+    EXPECT_EQ(0, fern_cond_broadcast(&c));
+    EXPECT_EQ(EBUSY, fern_mutex_destroy(&m));
+    EXPECT_EQ(EBUSY, fern_mutex_trylock(&m)); // we still hold it
+    EXPECT_EQ(0, fern_mutex_unlock(&m));
+    for (auto &p : ps) p.join();
+    for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
+    stop = true;
+    for (auto t : ls) ASSERT_EQ(0, fern_join(t, nullptr));
+    EXPECT_EQ(0, overlaps.load()) << "two threads inside the mutex at once";
+    EXPECT_EQ(0, errors.load());
+    EXPECT_EQ(LOCKERS, lockers_done.load());
+    EXPECT_GE(entered, GREEN + PLAIN);
+    // The mutex is free and its hand-off state is gone.
+    EXPECT_EQ(0, fern_mutex_trylock(&m));
+    EXPECT_EQ(0, fern_mutex_unlock(&m));
+    EXPECT_EQ(0, m.heirs_);
+    EXPECT_EQ(0, m.handoff_);
+    EXPECT_EQ(0, fern_mutex_destroy(&m));
+    EXPECT_EQ(0, fern_cond_destroy(&c));
+    EXPECT_EQ(0, fern_cluster_destroy(cl));
+}
+
+// Broadcast without the mutex: every waiter is woken and locks it again.
+TEST(Cond, BroadcastWithoutMutexWakesAllToRelock) {
+    Watchdog wd(60, "BroadcastWithoutMutexWakesAllToRelock");
+    fern_cond c = FERN_COND_INIT;
+    fern_mutex m = FERN_MUTEX_INIT;
+    int waiting = 0, go = 0, inside = 0;
+    std::atomic<int> overlaps{0}, done{0};
+    constexpr int N = 100;
+    std::vector<fern_thread *> ts(N);
+    for (int i = 0; i < N; i++)
+        ASSERT_EQ(0, spawn(&ts[i], nullptr, [&] {
+            fern_mutex_lock(&m);
+            waiting++;
+            while (!go) fern_cond_wait(&c, &m);
+            if (inside++ != 0) overlaps++;
+            fern_yield();
+            inside--;
+            fern_mutex_unlock(&m);
+            done++;
+        }));
+    ASSERT_TRUE(wait_until([&] {
+        fern_mutex_lock(&m);
+        bool all = waiting == N;
+        fern_mutex_unlock(&m);
+        return all;
+    }));
+    fern_mutex_lock(&m);
+    go = 1;
+    fern_mutex_unlock(&m);
+    EXPECT_EQ(0, fern_cond_broadcast(&c));
+    for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
+    EXPECT_EQ(N, done.load());
+    EXPECT_EQ(0, overlaps.load());
+    EXPECT_EQ(0, m.handoff_);
+}
+
 // Token protocol: every signal hands out one token; every token is consumed.
 TEST(Cond, SignalHandsOutTokens) {
     Watchdog wd(60, "SignalHandsOutTokens");

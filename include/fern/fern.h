@@ -218,8 +218,8 @@ typedef struct fern_mutex {
     uint32_t lock_;    /* guards waiters_ */
     void *owner_;      /* holder's identity, for EPERM and fern_dump */
     fern_waitq waiters_;
-    uint32_t handoff_; /* 1: a waiter starved; unlock hands the mutex over */
-    uint32_t pad_;
+    uint32_t handoff_; /* 1: unlock hands the mutex over to a waiter */
+    uint32_t heirs_;   /* waiters moved here by fern_cond_broadcast */
 } fern_mutex;
 
 typedef struct fern_cond {

@@ -86,4 +86,31 @@ fern_ctx_entry:
         .cfi_endproc
         .size   fern_ctx_entry, .-fern_ctx_entry
 
+/*
+ * void fern_ctx_start(void *top, fern_thread *t)  (does not return)
+ *
+ * Start green thread t on a fresh frame at `top` (16-byte aligned),
+ * abandoning the calling context: used when an exiting thread hands its own
+ * stack to a thread that has not run yet. Default MXCSR and x87 control word,
+ * as ctx_init gives a new thread, then the same entry as a first switch.
+ */
+        .globl  fern_ctx_start
+        .hidden fern_ctx_start
+        .type   fern_ctx_start, @function
+        .p2align 4
+fern_ctx_start:
+        .cfi_startproc
+        .cfi_undefined rip
+        movq    %rdi, %rsp
+        movq    %rsi, %rbx
+        leaq    thread_entry(%rip), %r12
+        movl    $0x1F80, -8(%rsp)
+        ldmxcsr -8(%rsp)
+        movw    $0x037F, -4(%rsp)
+        fldcw   -4(%rsp)
+        xorl    %eax, %eax
+        jmp     fern_ctx_entry
+        .cfi_endproc
+        .size   fern_ctx_start, .-fern_ctx_start
+
         .section .note.GNU-stack,"",@progbits
