@@ -216,12 +216,33 @@ static struct stack *slot_init(char *slot, int cls, int mode)
     return s;
 }
 
+/* Return a stack's pages below the top STACK_KEEP bytes to the kernel.
+ * Most threads never reach below STACK_KEEP, and MADV_DONTNEED is not free
+ * even on an untouched range: it flushes the TLB of every CPU running this
+ * process, so an idle worker trimming a burst of exited threads' stacks
+ * would slow the busy workers down. So for stacks up to TRIM_PROBE_MAX the
+ * range is first asked with mincore (no flush), and only stacks that did
+ * touch pages there are trimmed. */
+#define TRIM_PROBE_MAX ((size_t)1 << 20)
 static void trim(struct stack *s)
 {
-    if (s->size > STACK_KEEP)
-        madvise(s->lo, s->size - STACK_KEEP, MADV_DONTNEED);
+    if (s->size > STACK_KEEP) {
+        size_t len = s->size - STACK_KEEP;
+        bool used = true;
+        if (len <= TRIM_PROBE_MAX) {
+            unsigned char vec[TRIM_PROBE_MAX / 4096];
+            if (mincore(s->lo, len, vec) == 0) {
+                used = false;
+                for (size_t i = 0; i < (len + 4095) / 4096 && !used; i++)
+                    used = vec[i] & 1;
+            }
+        }
+        if (used) {
+            madvise(s->lo, len, MADV_DONTNEED);
+            ADD_RELAXED(&S.trims, 1);
+        }
+    }
     s->dirty = 0;
-    ADD_RELAXED(&S.trims, 1);
 }
 
 struct stack *stack_get(struct worker *w, int cls)
