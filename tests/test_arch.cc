@@ -76,6 +76,89 @@ _Unwind_Reason_Code walk_cb(struct _Unwind_Context *ctx, void *arg) {
     return w->frames > 200 ? _URC_NORMAL_STOP : _URC_NO_REASON;
 }
 
+// A thread that exits into a thread that has not run yet hands it its own
+// stack (a relay: no trip through the pool). The new thread must still start
+// clean: default FP modes, errno 0, no key values, a usable deep stack and a
+// bottom frame the unwinder stops at.
+struct RelayProbe {
+    fern_key key{};
+    const char *a_local = nullptr, *b_local = nullptr;
+    int b_round = -1, b_errno = -1;
+    unsigned short b_cw = 0;
+    unsigned b_mxcsr = 0;
+    void *b_key = (void *)1;
+    fern_thread *b_self = nullptr, *b_handle = nullptr;
+    int b_deep = 0;
+    _Unwind_Reason_Code b_end = _URC_NO_REASON;
+};
+
+__attribute__((noinline)) int relay_deep(int n) {
+    volatile char pad[1024];
+    pad[0] = (char)n;
+    pad[1023] = (char)n;
+    return n == 0 ? pad[0] + pad[1023] : relay_deep(n - 1) + 1 + pad[0] * 0;
+}
+
+void *relay_b(void *arg) {
+    auto *p = static_cast<RelayProbe *>(arg);
+    char here;
+    p->b_local = &here;
+    p->b_round = std::fegetround();
+    __asm__ volatile("fnstcw %0" : "=m"(p->b_cw));
+    p->b_mxcsr = _mm_getcsr();
+    p->b_errno = get_errno();
+    p->b_key = fern_getspecific(p->key);
+    p->b_self = fern_self();
+    p->b_deep = relay_deep(48); // ~48 KiB below the top
+    Walk w;
+    p->b_end = _Unwind_Backtrace(walk_cb, &w);
+    return nullptr;
+}
+
+void *relay_a(void *arg) {
+    auto *p = static_cast<RelayProbe *>(arg);
+    char here;
+    p->a_local = &here;
+    std::fesetround(FE_UPWARD);                  // MXCSR and x87
+    unsigned short cw = 0x0F7F;                  // x87: round toward zero
+    __asm__ volatile("fldcw %0" ::"m"(cw));
+    _mm_setcsr(_mm_getcsr() | 0x8040);           // MXCSR: flush-to-zero, DAZ
+    set_errno(123);
+    fern_setspecific(p->key, p);
+    fern_attr a{};
+    if (fern_spawn(&p->b_handle, &a, relay_b, p) != 0)
+        return nullptr;
+    return nullptr; // exits now: B is next and has not run
+}
+
+TEST(Arch, ExitIntoNewThreadStartsClean) {
+    fern_cluster *c;
+    ASSERT_EQ(0, fern_cluster_create(&c, 1));
+    RelayProbe p;
+    ASSERT_EQ(0, fern_key_create(&p.key, nullptr));
+    fern_attr a{};
+    a.cluster = c;
+    fern_thread *ta;
+    ASSERT_EQ(0, fern_spawn(&ta, &a, relay_a, &p));
+    ASSERT_EQ(0, fern_join(ta, nullptr));
+    ASSERT_NE(nullptr, p.b_handle);
+    ASSERT_EQ(0, fern_join(p.b_handle, nullptr));
+    // B ran on A's stack (by relay, or the pool gave A's stack back).
+    ASSERT_NE(nullptr, p.a_local);
+    ASSERT_NE(nullptr, p.b_local);
+    EXPECT_LT(std::labs(p.a_local - p.b_local), 64 * 1024);
+    EXPECT_EQ(FE_TONEAREST, p.b_round);
+    EXPECT_EQ(0x037F, p.b_cw);
+    EXPECT_EQ(0x1F80u, p.b_mxcsr);
+    EXPECT_EQ(0, p.b_errno);
+    EXPECT_EQ(nullptr, p.b_key);
+    EXPECT_EQ(p.b_handle, p.b_self);
+    EXPECT_EQ(48, p.b_deep);
+    EXPECT_EQ(_URC_END_OF_STACK, p.b_end);
+    EXPECT_EQ(0, fern_key_delete(p.key));
+    EXPECT_EQ(0, fern_cluster_destroy(c));
+}
+
 __attribute__((noinline)) int deep(int n, Walk *w) {
     if (n == 0) {
         w->end = _Unwind_Backtrace(walk_cb, w);
