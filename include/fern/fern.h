@@ -271,7 +271,11 @@ int fern_cond_wait(fern_cond *c, fern_mutex *m);
  * negative deadline. */
 int fern_cond_timedwait(fern_cond *c, fern_mutex *m, int64_t deadline_ns);
 
-/* Wake one / every waiter. Return 0; EINVAL if c is NULL. */
+/* Wake one / every waiter. Return 0; EINVAL if c is NULL.
+ * A broadcast made while holding the mutex the waiters use does not wake them
+ * all to fight for it: it moves them onto the mutex, and each unlock hands the
+ * mutex to the next of them, which returns from its wait owning it. Other
+ * threads locking the mutex meanwhile queue behind them. */
 int fern_cond_signal(fern_cond *c);
 int fern_cond_broadcast(fern_cond *c);
 
