@@ -488,7 +488,10 @@ void sched_exit(after_fn fn, void *arg)
     fern_thread *next;
     STORE_RELAXED(&cur->run_state, T_EXITING);
     next = pick_next(w);
-    if (next && !next->sp && cur->stack && next->stack_cls == cur->stack_cls)
+    /* Not while threads wait for a stack (stack_starved): the stack goes
+     * back through the pool, which serves them first. */
+    if (next && !next->sp && cur->stack && next->stack_cls == cur->stack_cls &&
+        !LOAD_RELAXED(&stack_starved))
         sched_relay(w, cur, next, fn, arg);
     w->after = fn;
     w->after_prev = cur;
