@@ -4,16 +4,81 @@
  * One epoll instance for the process, edge-triggered. Each fd used through
  * fern has an entry in a two-level fd-indexed table (chunks of FD_CHUNK
  * entries, allocated on first use): a lock, one waiting reader and one
- * waiting writer, a "ready" flag per direction, per-fd deadlines and a
+ * waiting writer, a state word per direction (below), per-fd deadlines and a
  * generation that fern_close bumps. An fd is registered (EPOLLIN | EPOLLOUT |
- * EPOLLRDHUP, EPOLLET) once, by the first fern_* call on it, and stays
- * registered until fern_close.
+ * EPOLLRDHUP, EPOLLET; EPOLLPRI too for TCP) once, by the first fern_* call on
+ * it, and stays registered until fern_close.
  *
  * Edges are never lost: a call tries the system call first; only after
  * EAGAIN does it take the entry's lock and look at the ready flag. An edge
  * that arrived after the EAGAIN either finds the waiter (claims and wakes it)
  * or sets the flag, which the waiter sees under the lock and retries. A stale
  * flag costs one extra EAGAIN, never a lost wake-up.
+ *
+ * Short transfers on TCP. A stream read that returns 0 < r < asked leaves the
+ * receive queue empty at the moment the kernel stopped copying, so the next
+ * read would only say EAGAIN: a TCP connection's next fern_read (recv, ...)
+ * skips that system call and parks for the next edge at once. Writes alike: a
+ * short TCP write filled the send buffer (the kernel sets SOCK_NOSPACE, which
+ * promises an EPOLLOUT edge when room comes back). An echo round trip then
+ * costs read, write, park instead of read, write, read (EAGAIN), park.
+ *
+ * Each direction's state word (rst, wst) holds READY (an edge came and found
+ * no waiter: the old ready flag), DRAINED (the last transfer was short and
+ * nothing happened since), FINAL (sticky: hang-up, error or urgent data seen)
+ * and a tick count above those bits (29 bits: a false match would need 2^29
+ * ticks during one system call). It changes only by atomic RMW:
+ *  - st_begin, before every qualifying system call: tick, clear READY and
+ *    DRAINED, keep FINAL; the call remembers the new value m;
+ *  - st_short, after a short result: compare-and-swap m -> m | DRAINED, which
+ *    fails if anything ticked in between; never with FINAL;
+ *  - io_dispatch, under the entry's lock, for every edge of that direction:
+ *    tick, clear DRAINED, set READY unless it claimed a waiter, set FINAL on
+ *    EPOLLRDHUP/HUP/ERR/PRI (reads) or EPOLLHUP/ERR (writes);
+ *  - io_wait, under the lock, takes READY as before; fern_close and a new
+ *    registration tick and clear all flags (the fd number's next user starts
+ *    clean).
+ * Why skipping loses no edge. Say a call sees DRAINED and goes straight to
+ * io_wait. DRAINED was set by some call C whose st_begin value m was still the
+ * word at C's CAS, and nothing ticked since (a tick clears DRAINED). So every
+ * edge dispatched so far was dispatched before C's st_begin, in the word's
+ * modification order; such an edge's data was queued before C's system call
+ * began (data queued -> epoll wake -> epoll_wait -> dispatch's RMW ->
+ * st_begin, each step ordered by locks or the RMW chain) and C's short read
+ * left the queue empty, so that data is gone; a condition that stays (peer
+ * FIN, socket error, urgent mark) set FINAL, and C would not have set
+ * DRAINED. Data that came after C's copy has an edge that the kernel raised
+ * after st_begin, so its dispatch ticks after m: either before our check
+ * (DRAINED gone, we make the system call) or after it, when io_wait settles
+ * it under the lock as for EAGAIN: the edge set READY first (we retry) or it
+ * finds our waiter (wakes us). The old rule that clearing READY is safe only
+ * right before a system call still holds: st_begin clears it there, and a
+ * READY from an edge ordered before st_begin described data that call sees.
+ * The edge that arrives while the short call runs (the trap of clearing a
+ * flag after the call) ticks the word, so C's CAS fails and the next call
+ * makes its system call. A stale READY costs one EAGAIN, a failed CAS one
+ * EAGAIN; neither loses a wake-up.
+ * Where short does not mean drained, nothing is skipped: only SOCK_STREAM
+ * sockets of protocol IPPROTO_TCP qualify (SO_TYPE and SO_PROTOCOL, read at
+ * registration): datagram sockets return one datagram per call, and AF_UNIX
+ * stream reads stop early after a message carrying SCM_RIGHTS (or from another
+ * writer under SO_PASSCRED) with data still queued; pipes, ttys, eventfds and
+ * other fds never qualify. Only results 0 < r < asked count (readv/writev and
+ * the msg calls: the iovec total; asked at most 1 GiB): EOF and errors never
+ * mark DRAINED. Only flags 0 and MSG_CMSG_CLOEXEC (receive) or MSG_NOSIGNAL
+ * and MSG_MORE (send) qualify: MSG_PEEK leaves the data queued, MSG_WAITALL,
+ * MSG_OOB, MSG_ERRQUEUE, MSG_TRUNC and the rest are not reasoned about.
+ * TCP stops a read short at the urgent mark with data behind it, hence
+ * EPOLLPRI -> FINAL; a read short because of EOF, an error or a bad buffer
+ * (EFAULT part-way) is covered by FINAL for the first two and not at all for
+ * the third (a caller bug: the next call waits for the next edge instead of
+ * failing). Not detected either: a kTLS socket (TCP_ULP "tls", set after
+ * registration) stops a read at a TLS control record with data behind it, so
+ * the next read would wait for the next edge; sockets with a BPF sockmap
+ * verdict program are not reasoned about.
+ * A skipped call whose deadline passes makes its system call once, so a
+ * deadline never hides data that is there; fern_close still wakes it with
+ * EBADF.
  *
  * Polling is woven into the scheduler, with no poller thread:
  *  - an idle worker polls without blocking before it goes to sleep;
@@ -28,10 +93,14 @@
 #include "internal.h"
 
 #include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #define FD_CHUNK 1024u
@@ -43,11 +112,73 @@ struct fdent {
     uint32_t lock;
     uint8_t registered;
     uint8_t pollable;        /* epoll accepted it (regular files are not pollable) */
-    uint8_t rready, wready;
+    uint8_t tcp;             /* a TCP stream socket: a short transfer drains */
     uint32_t gen;
+    uint32_t rst, wst;       /* per-direction state words (header comment) */
     struct waiter *rw, *ww;
     int64_t rdl, wdl;        /* per-fd deadlines */
 };
+
+/* State word bits; the tick count sits above them. */
+#define ST_READY   1u /* an edge found no waiter */
+#define ST_DRAINED 2u /* the last transfer was short, nothing since */
+#define ST_FINAL   4u /* hang-up, error or urgent data seen: never skip */
+#define ST_FLAGS   7u
+#define ST_TICK    8u
+/* Largest transfer whose short result is trusted (the kernel caps one call
+ * at MAX_RW_COUNT, just under 2 GiB: such a result is short for that reason). */
+#define ST_MAX_ASK    (1u << 30)
+#define ST_RECV_FLAGS MSG_CMSG_CLOEXEC
+#define ST_SEND_FLAGS (MSG_NOSIGNAL | MSG_MORE)
+
+/* Before a qualifying system call: tick, clear READY and DRAINED. Returns the
+ * new word for st_short. Sequentially consistent: the call must not be
+ * ordered before it. */
+static inline uint32_t st_begin(uint32_t *st)
+{
+    uint32_t w = LOAD_RELAXED(st), nw;
+    do
+        nw = ((w & ~ST_FLAGS) + ST_TICK) | (w & ST_FINAL);
+    while (!__atomic_compare_exchange_n(st, &w, nw, true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
+    return nw;
+}
+
+/* After a short result of the call that st_begin returned m for: DRAINED,
+ * unless anything ticked since or FINAL is set. */
+static inline void st_short(uint32_t *st, uint32_t m)
+{
+    if (!(m & ST_FINAL))
+        __atomic_compare_exchange_n(st, &m, m | ST_DRAINED, false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_RELAXED);
+}
+
+/* Tick, clear `clear`, set `set` (an edge; a reset). */
+static inline void st_update(uint32_t *st, uint32_t clear, uint32_t set)
+{
+    uint32_t w = LOAD_RELAXED(st), nw;
+    do
+        nw = (((w & ~ST_FLAGS) + ST_TICK) | (w & ST_FLAGS & ~clear)) | set;
+    while (!__atomic_compare_exchange_n(st, &w, nw, true, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
+}
+
+/* A transfer size that qualifies for DRAINED, or 0. */
+static inline size_t st_ask(size_t n)
+{
+    return n - 1 < ST_MAX_ASK ? n : 0;
+}
+
+static size_t st_ask_iov(const struct iovec *iov, size_t cnt)
+{
+    if (!iov || cnt == 0 || cnt > IOV_MAX)
+        return 0;
+    size_t t = 0;
+    for (size_t i = 0; i < cnt; i++) {
+        if (iov[i].iov_len > ST_MAX_ASK)
+            return 0;
+        t += iov[i].iov_len;
+    }
+    return st_ask(t);
+}
 
 static struct {
     int epfd, evfd;
@@ -152,13 +283,24 @@ static struct fdent *io_prepare(int fd)
             errno = EBADF;
             return NULL;
         }
-        struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+        /* A TCP socket? (Header comment: where a short transfer drains.)
+         * EPOLLPRI tells of urgent data, which stops a read short. */
+        int type = 0, proto = 0, saved = errno;
+        socklen_t tl = sizeof type, pl = sizeof proto;
+        bool tcp = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 && type == SOCK_STREAM &&
+                   getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &pl) == 0 &&
+                   proto == IPPROTO_TCP;
+        errno = saved;
+        STORE_RELAXED(&e->tcp, (uint8_t)tcp);
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET |
+                                           (tcp ? EPOLLPRI : 0),
                                  .data.u64 = (uint64_t)(uint32_t)fd | (uint64_t)e->gen << 32};
         int r = epoll_ctl(IO.epfd, EPOLL_CTL_ADD, fd, &ev);
         if (r && errno == EEXIST)
             r = epoll_ctl(IO.epfd, EPOLL_CTL_MOD, fd, &ev);
         e->pollable = r == 0;
-        e->rready = e->wready = 0;
+        st_update(&e->rst, ST_FLAGS, 0);
+        st_update(&e->wst, ST_FLAGS, 0);
         STORE(&e->registered, 1);
     }
     spin_unlock(&e->lock);
@@ -189,19 +331,26 @@ static void io_dispatch(struct epoll_event *ev, bool owner)
         spin_unlock(&e->lock);
         return; /* an event from before fern_close */
     }
-    if (ev->events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+    /* Every edge ticks its direction's word and clears DRAINED, whether it
+     * wakes a waiter or sets READY (header comment). */
+    uint32_t evs = ev->events;
+    if (evs & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR | EPOLLPRI)) {
+        uint32_t set = evs & (EPOLLRDHUP | EPOLLHUP | EPOLLERR | EPOLLPRI) ? ST_FINAL : 0;
         if (e->rw && waiter_claim(e->rw))
             r = e->rw;
         else
-            e->rready = 1;
+            set |= ST_READY;
         e->rw = NULL;
+        st_update(&e->rst, ST_DRAINED, set);
     }
-    if (ev->events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) {
+    if (evs & (EPOLLOUT | EPOLLHUP | EPOLLERR)) {
+        uint32_t set = evs & (EPOLLHUP | EPOLLERR) ? ST_FINAL : 0;
         if (e->ww && waiter_claim(e->ww))
             w = e->ww;
         else
-            e->wready = 1;
+            set |= ST_READY;
         e->ww = NULL;
+        st_update(&e->wst, ST_DRAINED, set);
     }
     spin_unlock(&e->lock);
     if (r)
@@ -322,12 +471,12 @@ static int io_wait(int fd, struct fdent *e, int dirs, int64_t deadline)
     fern_thread *self = thread_current();
     spin_lock(&e->lock);
     int ready = 0;
-    if ((dirs & FERN_READ) && e->rready) {
-        e->rready = 0;
+    if ((dirs & FERN_READ) && (LOAD_RELAXED(&e->rst) & ST_READY)) {
+        __atomic_fetch_and(&e->rst, ~ST_READY, __ATOMIC_ACQ_REL);
         ready |= FERN_READ;
     }
-    if ((dirs & FERN_WRITE) && e->wready) {
-        e->wready = 0;
+    if ((dirs & FERN_WRITE) && (LOAD_RELAXED(&e->wst) & ST_READY)) {
+        __atomic_fetch_and(&e->wst, ~ST_READY, __ATOMIC_ACQ_REL);
         ready |= FERN_WRITE;
     }
     if (ready) {
@@ -409,33 +558,60 @@ static int io_await(int fd, struct fdent *e, int dir)
 }
 
 /* Try the call; on EAGAIN park until the fd is ready and retry. errno is
- * read through errno_get: the loop spans parks (see internal.h). */
-#define IO_LOOP(fd, dir, call)                                          \
-    do {                                                                \
-        struct fdent *e_ = io_prepare(fd);                              \
-        if (!e_)                                                        \
-            return -1;                                                  \
-        for (;;) {                                                      \
-            ssize_t r_ = (call);                                        \
-            if (r_ >= 0)                                                \
-                return r_;                                              \
-            int err_ = errno_get();                                     \
-            if (err_ != EAGAIN && err_ != EWOULDBLOCK)                  \
-                return r_;                                              \
-            if (io_await(fd, e_, dir))                                  \
-                return -1;                                              \
-        }                                                               \
+ * read through errno_get: the loop spans parks (see internal.h).
+ *
+ * `ask` is the size asked for when the call qualifies for the short-transfer
+ * rule (header comment), else 0; it is evaluated only for TCP sockets. A
+ * qualifying call that finds DRAINED parks before any system call; if its
+ * deadline passes there it still makes the call once (data may have come with
+ * an edge not yet dispatched), and EAGAIN then means ETIMEDOUT. */
+#define IO_LOOP(fd, dir, ask, call)                                                                \
+    do {                                                                                           \
+        struct fdent *e_ = io_prepare(fd);                                                         \
+        if (!e_)                                                                                   \
+            return -1;                                                                             \
+        size_t ask_ = LOAD_RELAXED(&e_->tcp) ? (ask) : 0;                                          \
+        uint32_t *st_ = (dir) == FERN_READ ? &e_->rst : &e_->wst;                                  \
+        bool last_ = false;                                                                        \
+        for (;;) {                                                                                 \
+            uint32_t m_ = 0;                                                                       \
+            if (ask_) {                                                                            \
+                if (!last_ && (LOAD(st_) & ST_DRAINED)) {                                          \
+                    if (io_await(fd, e_, dir) == 0)                                                \
+                        continue;                                                                  \
+                    if (errno_get() != ETIMEDOUT)                                                  \
+                        return -1;                                                                 \
+                    last_ = true;                                                                  \
+                }                                                                                  \
+                m_ = st_begin(st_);                                                                \
+            }                                                                                      \
+            ssize_t r_ = (call);                                                                   \
+            if (r_ >= 0) {                                                                         \
+                if (ask_ && r_ > 0 && (size_t)r_ < ask_)                                           \
+                    st_short(st_, m_);                                                             \
+                return r_;                                                                         \
+            }                                                                                      \
+            int err_ = errno_get();                                                                \
+            if (err_ != EAGAIN && err_ != EWOULDBLOCK)                                             \
+                return r_;                                                                         \
+            if (last_) {                                                                           \
+                errno_set(ETIMEDOUT);                                                              \
+                return -1;                                                                         \
+            }                                                                                      \
+            if (io_await(fd, e_, dir))                                                             \
+                return -1;                                                                         \
+        }                                                                                          \
     } while (0)
 
-/* MSG_DONTWAIT asks for one attempt: honour it. */
-#define IO_LOOP_FLAGS(fd, dir, flags, call) \
-    do {                                    \
-        if ((flags) & MSG_DONTWAIT) {       \
-            if (!io_prepare(fd))            \
-                return -1;                  \
-            return (call);                  \
-        }                                   \
-        IO_LOOP(fd, dir, call);             \
+/* MSG_DONTWAIT asks for one attempt: honour it (no skip, no state). */
+#define IO_LOOP_FLAGS(fd, dir, flags, ask, call)                                                   \
+    do {                                                                                           \
+        if ((flags)&MSG_DONTWAIT) {                                                                \
+            if (!io_prepare(fd))                                                                   \
+                return -1;                                                                         \
+            return (call);                                                                         \
+        }                                                                                          \
+        IO_LOOP(fd, dir, ask, call);                                                               \
     } while (0)
 
 int fern_fd_set_deadline(int fd, int64_t rd, int64_t wd)
@@ -471,34 +647,54 @@ int fern_wait_fd(int fd, int events, int64_t deadline_ns)
     }
 }
 
-ssize_t fern_read(int fd, void *buf, size_t n) { IO_LOOP(fd, FERN_READ, read(fd, buf, n)); }
-ssize_t fern_write(int fd, const void *buf, size_t n) { IO_LOOP(fd, FERN_WRITE, write(fd, buf, n)); }
-ssize_t fern_readv(int fd, const struct iovec *iov, int cnt) { IO_LOOP(fd, FERN_READ, readv(fd, iov, cnt)); }
-ssize_t fern_writev(int fd, const struct iovec *iov, int cnt) { IO_LOOP(fd, FERN_WRITE, writev(fd, iov, cnt)); }
+ssize_t fern_read(int fd, void *buf, size_t n)
+{
+    IO_LOOP(fd, FERN_READ, st_ask(n), read(fd, buf, n));
+}
+ssize_t fern_write(int fd, const void *buf, size_t n)
+{
+    IO_LOOP(fd, FERN_WRITE, st_ask(n), write(fd, buf, n));
+}
+ssize_t fern_readv(int fd, const struct iovec *iov, int cnt)
+{
+    IO_LOOP(fd, FERN_READ, cnt > 0 ? st_ask_iov(iov, (size_t)cnt) : 0, readv(fd, iov, cnt));
+}
+ssize_t fern_writev(int fd, const struct iovec *iov, int cnt)
+{
+    IO_LOOP(fd, FERN_WRITE, cnt > 0 ? st_ask_iov(iov, (size_t)cnt) : 0, writev(fd, iov, cnt));
+}
 ssize_t fern_recv(int fd, void *buf, size_t n, int flags)
 {
-    IO_LOOP_FLAGS(fd, FERN_READ, flags, recv(fd, buf, n, flags));
+    IO_LOOP_FLAGS(fd, FERN_READ, flags, flags & ~ST_RECV_FLAGS ? 0 : st_ask(n),
+                  recv(fd, buf, n, flags));
 }
 ssize_t fern_send(int fd, const void *buf, size_t n, int flags)
 {
-    IO_LOOP_FLAGS(fd, FERN_WRITE, flags, send(fd, buf, n, flags | MSG_NOSIGNAL));
+    IO_LOOP_FLAGS(fd, FERN_WRITE, flags, flags & ~ST_SEND_FLAGS ? 0 : st_ask(n),
+                  send(fd, buf, n, flags | MSG_NOSIGNAL));
 }
 ssize_t fern_recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *from, socklen_t *fl)
 {
-    IO_LOOP_FLAGS(fd, FERN_READ, flags, recvfrom(fd, buf, n, flags, from, fl));
+    IO_LOOP_FLAGS(fd, FERN_READ, flags, flags & ~ST_RECV_FLAGS ? 0 : st_ask(n),
+                  recvfrom(fd, buf, n, flags, from, fl));
 }
 ssize_t fern_sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *to,
                     socklen_t tl)
 {
-    IO_LOOP_FLAGS(fd, FERN_WRITE, flags, sendto(fd, buf, n, flags | MSG_NOSIGNAL, to, tl));
+    IO_LOOP_FLAGS(fd, FERN_WRITE, flags, flags & ~ST_SEND_FLAGS ? 0 : st_ask(n),
+                  sendto(fd, buf, n, flags | MSG_NOSIGNAL, to, tl));
 }
 ssize_t fern_recvmsg(int fd, struct msghdr *m, int flags)
 {
-    IO_LOOP_FLAGS(fd, FERN_READ, flags, recvmsg(fd, m, flags));
+    IO_LOOP_FLAGS(fd, FERN_READ, flags,
+                  flags & ~ST_RECV_FLAGS || !m ? 0 : st_ask_iov(m->msg_iov, m->msg_iovlen),
+                  recvmsg(fd, m, flags));
 }
 ssize_t fern_sendmsg(int fd, const struct msghdr *m, int flags)
 {
-    IO_LOOP_FLAGS(fd, FERN_WRITE, flags, sendmsg(fd, m, flags | MSG_NOSIGNAL));
+    IO_LOOP_FLAGS(fd, FERN_WRITE, flags,
+                  flags & ~ST_SEND_FLAGS || !m ? 0 : st_ask_iov(m->msg_iov, m->msg_iovlen),
+                  sendmsg(fd, m, flags | MSG_NOSIGNAL));
 }
 
 int fern_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
@@ -573,7 +769,8 @@ int fern_close(int fd)
             STORE(&e->registered, 0);
         }
         e->gen++;
-        e->rready = e->wready = 0;
+        st_update(&e->rst, ST_FLAGS, 0);
+        st_update(&e->wst, ST_FLAGS, 0);
         if (e->rw && waiter_claim(e->rw))
             r = e->rw;
         if (e->ww && waiter_claim(e->ww))
