@@ -303,13 +303,18 @@ static bool any_next(struct worker *w);
 static void worker_sleep(struct worker *w)
 {
     struct fern_cluster *c = w->cluster;
+    /* Trimming cold stacks is work: do it before listing ourselves idle, or
+     * every wake-up meanwhile would pick us and pay a futex call for a
+     * worker that is not asleep. */
+    if (stack_trim_some(w))
+        return;
     spin_lock(&c->idle_lock);
     w->idle_listed = 1;
     STORE_RELAXED(&w->sleep_word, 1);
     STORE_RELAXED(&c->nidle, c->nidle + 1);
     spin_unlock(&c->idle_lock);
     full_fence();
-    if (!cluster_has_work(w) && !stack_trim_some(w)) {
+    if (!cluster_has_work(w)) {
         int64_t deadline = timers_next(w);
         /* A hand-off waiting behind a busy worker gets a look every 1 ms.
          * (Checked after listing idle + fence: a hand-off made later sees
