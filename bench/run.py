@@ -737,7 +737,22 @@ def main():
     ap.add_argument("--build-dir", default="build/release", help="CMake build dir holding bench/ (default build/release)")
     ap.add_argument("--budget", type=float, default=840, help="stop starting runs after this many seconds (default 840)")
     ap.add_argument("--no-callgrind", action="store_true")
+    ap.add_argument("--plots-only", action="store_true",
+                    help="redraw the PNG plots and the report from results/latest.json (no runs)")
     args = ap.parse_args()
+    if args.plots_only:
+        resdir = os.path.join(HERE, "results")
+        jpath = os.path.join(resdir, "latest.json")
+        with open(jpath) as f:
+            data = json.load(f)
+        files, note = plots(data, resdir)
+        data["plots"] = [os.path.relpath(p, HERE) for p in files]
+        data["plots_note"] = note
+        with open(jpath, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+        write_md(os.path.join(resdir, "latest.md"), data)
+        log("plots: %s" % (", ".join(data["plots"]) or note))
+        return 0
     runs = 1 if args.quick and args.runs == 5 else args.runs
     scen = args.only or list(SCENARIOS)
     start = time.monotonic()

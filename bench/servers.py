@@ -811,6 +811,8 @@ def main():
     ap.add_argument("--no-build-lib", action="store_true",
                     help="do not run cmake --build on the fern library (use libfern.a as is)")
     ap.add_argument("--md-only", action="store_true", help="re-render the Markdown section from the JSON")
+    ap.add_argument("--plots-only", action="store_true",
+                    help="redraw the PNG plot and the Markdown section from the JSON (no runs)")
     args = ap.parse_args()
     if args.quick:
         args.runs = 1 if args.runs == 5 else args.runs
@@ -822,9 +824,15 @@ def main():
     os.makedirs(resdir, exist_ok=True)
     jpath = os.path.join(resdir, "servers-quick.json" if args.quick else "servers.json")
     mdpath = os.path.join(resdir, "quick.md" if args.quick else "latest.md")
-    if args.md_only:
+    if args.md_only or args.plots_only:
         with open(jpath) as f:
             data = json.load(f)
+        if args.plots_only:
+            files, note = plots(data, resdir)
+            data["plots"] = [os.path.relpath(p, HERE) for p in files]
+            data["plots_note"] = note
+            with open(jpath, "w") as f:
+                json.dump(data, f, indent=1, sort_keys=True)
         put_section(mdpath, section(data))
         log("wrote the Servers section of %s" % os.path.relpath(mdpath, ROOT))
         return 0
