@@ -382,15 +382,18 @@ static inline __attribute__((always_inline)) fern_thread *pick_next(struct worke
 
 /* Switch from cur to next on w. Returns on cur's context when it is resumed,
  * possibly on another worker. `dying` marks a context that never resumes. */
-static void switch_to(struct worker *w, fern_thread *cur, fern_thread *next, bool dying)
+/* A thread leaving the CPU: on a canary-guarded stack, check the canary. */
+static inline void canary_check(fern_thread *t, struct stack *s)
 {
-    if (cur->stack && cur->stack->guard == FERN_GUARD_CANARY &&
-        *(uint64_t *)cur->stack->lo != STACK_CANARY)
-        overflow_report(cur, cur->stack->lo);
-    cur->saved_errno = *w->errno_loc;
+    if (s && s->guard == FERN_GUARD_CANARY && *(uint64_t *)s->lo != STACK_CANARY)
+        overflow_report(t, s->lo);
+}
+
+/* Make next w's running thread: its C++ exception state, state, counters,
+ * and (TSan) its fiber. The caller has saved what the old thread keeps. */
+static inline void enter_thread(struct worker *w, fern_thread *next)
+{
     if (w->eh) {
-        cur->eh[0] = w->eh[0];
-        cur->eh[1] = w->eh[1];
         w->eh[0] = next->eh[0];
         w->eh[1] = next->eh[1];
     }
@@ -400,6 +403,17 @@ static void switch_to(struct worker *w, fern_thread *cur, fern_thread *next, boo
 #ifdef FERN_TSAN
     __tsan_switch_to_fiber(next->tsan_fiber, 0);
 #endif
+}
+
+static void switch_to(struct worker *w, fern_thread *cur, fern_thread *next, bool dying)
+{
+    canary_check(cur, cur->stack);
+    cur->saved_errno = *w->errno_loc;
+    if (w->eh) {
+        cur->eh[0] = w->eh[0];
+        cur->eh[1] = w->eh[1];
+    }
+    enter_thread(w, next);
 #ifdef FERN_ASAN
     if (next == &w->g0)
         __sanitizer_start_switch_fiber(dying ? NULL : &cur->asan_fake, w->g0_lo, w->g0_size);
@@ -460,22 +474,12 @@ static void sched_relay(struct worker *w, fern_thread *cur, fern_thread *next, a
                         void *arg)
 {
     struct stack *s = cur->stack;
-    if (s->guard == FERN_GUARD_CANARY && *(uint64_t *)s->lo != STACK_CANARY)
-        overflow_report(cur, s->lo);
+    canary_check(cur, s);
     STORE_RELAXED(&cur->stack, NULL);
-#ifdef FERN_TSAN
-    /* Before fn: it may free cur, and with it cur's fiber. */
-    __tsan_switch_to_fiber(next->tsan_fiber, 0);
-#endif
-    fn(w, cur, arg); /* cur may be freed from here on */
     STORE_RELAXED(&next->stack, s);
-    w->cur = next;
-    if (w->eh) {
-        w->eh[0] = next->eh[0];
-        w->eh[1] = next->eh[1];
-    }
-    STORE_RELAXED(&next->run_state, T_RUNNING);
-    STORE_RELAXED(&w->n_switches, w->n_switches + 1);
+    /* Before fn: under TSan, fn may free cur and with it cur's fiber. */
+    enter_thread(w, next);
+    fn(w, cur, arg); /* cur may be freed from here on */
 #ifdef FERN_ASAN
     __sanitizer_start_switch_fiber(NULL, s->lo, s->size);
     /* The old frames left their redzones poisoned. */

@@ -77,22 +77,36 @@ static void after_wait(struct worker *w, fern_thread *prev, void *arg)
         p->unlock(p->unlock_arg);
 }
 
-int parker_wait(struct parker *p, void (*unlock)(void *), void *arg, int64_t deadline)
+static void unlock_spin(void *l) { spin_unlock(l); }
+
+/* Post-switch action of a green thread parking without a deadline under one
+ * spin lock: the common case, without after_wait's indirections. */
+static void after_wait_spin(struct worker *w, fern_thread *prev, void *arg)
 {
-    fern_thread *self = thread_current();
-    p->timer.deadline = deadline;
-    if (self) {
-        p->thread = self;
-        p->unlock = unlock;
-        p->unlock_arg = arg;
-        p->timer.fire = parker_timer_fire;
-        p->timer.index = -1;
-        sched_park(after_wait, p);
-        uint32_t st = LOAD(&p->state);
-        if (st == W_WOKEN && deadline != FERN_FOREVER)
-            timer_cancel(&p->timer);
-        return (int)st;
-    }
+    spin_unlock(arg);
+}
+
+/* A green thread parks: the common untimed wait under one spin lock goes
+ * straight to sched_park; otherwise after_wait arms the timer and runs the
+ * unlock function. */
+static __attribute__((noinline)) int park_green(struct parker *p, fern_thread *self, void (*unlock)(void *), void *arg,
+                      int64_t deadline)
+{
+    p->thread = self;
+    p->unlock = unlock;
+    p->unlock_arg = arg;
+    p->timer.fire = parker_timer_fire;
+    p->timer.index = -1;
+    sched_park(after_wait, p);
+    uint32_t st = LOAD(&p->state);
+    if (st == W_WOKEN && deadline != FERN_FOREVER)
+        timer_cancel(&p->timer);
+    return (int)st;
+}
+
+/* An OS thread blocks on the futex of the parker's state. */
+static __attribute__((noinline)) int park_plain(struct parker *p, void (*unlock)(void *), void *arg, int64_t deadline)
+{
     p->thread = NULL;
     if (unlock)
         unlock(arg);
@@ -113,27 +127,32 @@ int parker_wait(struct parker *p, void (*unlock)(void *), void *arg, int64_t dea
     }
 }
 
-static void unlock_spin(void *l) { spin_unlock(l); }
-
-/* Post-switch action of a green thread parking without a deadline under one
- * spin lock: the common case, without after_wait's indirections. */
-static void after_wait_spin(struct worker *w, fern_thread *prev, void *arg)
+/* parker_wait's body, inlined into waiter_wait (every blocking primitive
+ * comes through there), with the untimed spin-lock case kept short. */
+static inline __attribute__((always_inline)) int park(struct parker *p, void (*unlock)(void *),
+                                                     void *arg, int64_t deadline)
 {
-    spin_unlock(arg);
+    fern_thread *self = thread_current();
+    p->timer.deadline = deadline;
+    if (!self)
+        return park_plain(p, unlock, arg, deadline);
+    if (deadline == FERN_FOREVER && unlock == unlock_spin) {
+        p->thread = self;
+        sched_park(after_wait_spin, arg);
+        return (int)LOAD(&p->state);
+    }
+    return park_green(p, self, unlock, arg, deadline);
+}
+
+int parker_wait(struct parker *p, void (*unlock)(void *), void *arg, int64_t deadline)
+{
+    return park(p, unlock, arg, deadline);
 }
 
 int waiter_wait(struct waiter *wt, uint32_t *lock, int64_t deadline)
 {
-    struct parker *p = wt->p;
-    p->solo = deadline == FERN_FOREVER && p == &wt->own;
-    fern_thread *self;
-    if (p->solo && lock && (self = thread_current()) != NULL) {
-        p->thread = self;
-        p->timer.deadline = FERN_FOREVER;
-        sched_park(after_wait_spin, lock);
-        return (int)LOAD(&p->state);
-    }
-    return parker_wait(p, lock ? unlock_spin : NULL, lock, deadline);
+    wt->p->solo = deadline == FERN_FOREVER && wt->p == &wt->own;
+    return park(wt->p, lock ? unlock_spin : NULL, lock, deadline);
 }
 
 void waiter_release(struct waiter *wt, int result)
