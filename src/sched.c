@@ -362,12 +362,11 @@ static inline __attribute__((always_inline)) fern_thread *pick_next(struct worke
             return t;
     }
     if ((t = LOAD_RELAXED(&w->next)) != NULL && w->next_streak < NEXT_STREAK_MAX) {
-        if (w->alone) {
+        if (w->alone) /* no thief can take it meanwhile */
             STORE_RELAXED(&w->next, NULL);
-            w->next_streak++;
-            return t;
-        }
-        if ((t = __atomic_exchange_n(&w->next, NULL, __ATOMIC_ACQ_REL)) != NULL) {
+        else
+            t = __atomic_exchange_n(&w->next, NULL, __ATOMIC_ACQ_REL);
+        if (t) {
             w->next_streak++;
             return t;
         }
