@@ -140,6 +140,7 @@ int fern_stats(struct fern_stats *s)
         return EINVAL;
     memset(s, 0, sizeof *s);
     s->migrations = LOAD_RELAXED(&rt.migrations);
+    s->bias_revocations = bias_revocations();
     sched_stats(s);
     stack_stats(s);
     return 0;

@@ -83,6 +83,26 @@ static inline void spin_lock(uint32_t *l)
 }
 static inline void spin_unlock(uint32_t *l) { __atomic_store_n(l, 0, __ATOMIC_RELEASE); }
 
+/* ---- biased objects (bias.c): see the header comment there ---- */
+#define BIAS_NONE 0u
+#define BIAS_SHARED 1u
+#define BIAS_REVOKING 2u
+#define BIAS_SLOTS 64u
+struct bias_slot {
+    uint32_t busy; /* the owner is inside a plain-mode operation */
+} __attribute__((aligned(64)));
+extern struct bias_slot bias_slots[BIAS_SLOTS] __attribute__((visibility("hidden")));
+/* A slot for a one-worker cluster's worker (0: none, biasing is off or all
+ * slots are taken); give it back once the worker has stopped. */
+uint32_t bias_slot_take(void);
+void bias_slot_give(uint32_t id);
+/* Settle *bias for a caller whose own objects carry `tag` (0 if it can own
+ * none): claim an untouched object, or make it shared, revoking another
+ * worker's bias. The caller's busy must be clear and it must hold no spin
+ * lock. Returns once *bias is tag (nonzero) or BIAS_SHARED. */
+void bias_settle(uint32_t *bias, uint32_t tag);
+uint64_t bias_revocations(void);
+
 /* ---- futex ---- */
 int futex_wait(uint32_t *addr, uint32_t expect, int64_t deadline_ns);
 void futex_wake(uint32_t *addr, int n);
@@ -337,6 +357,8 @@ struct worker {
     unsigned index;
     bool alone;                 /* its cluster's only worker: no thief ever
                                  * touches `next`, plain loads and stores do */
+    uint32_t bias_tag;          /* its objects' bias_ value (slot id << 2), 0
+                                 * if it owns no bias slot (see bias.c) */
     /* run queue: head taken by CAS (owner and thieves), tail owner-only */
     uint32_t rq_head __attribute__((aligned(64)));
     uint32_t rq_tail;
@@ -451,6 +473,69 @@ static inline void *self_token(void)
     /* Not a green thread: this kernel thread's token. Plain threads never
      * change kernel thread, so taking a TLS address here is safe. */
     return t ? (void *)t : (void *)&fern_plain_token_;
+}
+
+/* An operation on biasable objects (mutex, condition variable) starts with
+ * bias_enter for each (bias_enter2 for two) and ends with bias_end, or, if it
+ * parks, when waiter_wait's post-switch action clears the busy flag. Returns
+ * true for plain mode: the object is biased to the caller's worker, and its
+ * fields are read and written without locked instructions (see bias.c). */
+static inline uint32_t bias_begin(void)
+{
+    struct worker *w = worker_self();
+    uint32_t tag = w ? w->bias_tag : 0;
+    if (tag) {
+        STORE_RELAXED(&bias_slots[tag >> 2].busy, 1);
+        __atomic_signal_fence(__ATOMIC_SEQ_CST); /* the store before the loads of bias_ */
+    }
+    return tag;
+}
+static inline void bias_end(uint32_t tag)
+{
+    if (tag)
+        STORE(&bias_slots[tag >> 2].busy, 0);
+}
+/* 1 plain, 0 shared, -1 to be settled. */
+static inline int bias_mode(uint32_t *bias, uint32_t tag)
+{
+    uint32_t b = LOAD(bias);
+    if (b == BIAS_SHARED)
+        return 0;
+    return tag && b == tag ? 1 : -1;
+}
+static inline bool bias_enter(uint32_t *bias, uint32_t *tagp)
+{
+    for (;;) {
+        uint32_t tag = bias_begin();
+        int mode = bias_mode(bias, tag);
+        if (likely(mode >= 0)) {
+            *tagp = tag;
+            return mode;
+        }
+        bias_end(tag);
+        bias_settle(bias, tag);
+    }
+}
+static inline uint32_t bias_enter2(uint32_t *b1, bool *plain1, uint32_t *b2, bool *plain2)
+{
+    for (;;) {
+        uint32_t tag = bias_begin();
+        int m1 = bias_mode(b1, tag), m2 = bias_mode(b2, tag);
+        if (likely(m1 >= 0 && m2 >= 0)) {
+            *plain1 = m1;
+            *plain2 = m2;
+            return tag;
+        }
+        bias_end(tag);
+        bias_settle(m1 < 0 ? b1 : b2, tag);
+    }
+}
+/* The busy flag of the worker w, cleared once a plain-mode operation that
+ * parked is off its stack (waiter_wait's post-switch action). */
+static inline void bias_idle(struct worker *w)
+{
+    if (w->bias_tag)
+        STORE(&bias_slots[w->bias_tag >> 2].busy, 0);
 }
 int cluster_start(struct fern_cluster **out, unsigned nworkers);
 void cluster_stop(struct fern_cluster *c);

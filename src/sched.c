@@ -760,8 +760,10 @@ int cluster_start(struct fern_cluster **out, unsigned n)
     for (unsigned i = 0; i < n; i++) {
         struct worker *w;
         if (posix_memalign((void **)&w, 64, sizeof *w)) {
-            for (unsigned j = 0; j < i; j++)
+            for (unsigned j = 0; j < i; j++) {
+                bias_slot_give(c->workers[j]->bias_tag >> 2);
                 free(c->workers[j]);
+            }
             free(c);
             return ENOMEM;
         }
@@ -769,6 +771,7 @@ int cluster_start(struct fern_cluster **out, unsigned n)
         w->cluster = c;
         w->index = i;
         w->alone = n == 1;
+        w->bias_tag = n == 1 ? bias_slot_take() << 2 : 0;
         w->g0.alloc = A_LIVE;
         c->workers[i] = w;
     }
@@ -783,8 +786,10 @@ int cluster_start(struct fern_cluster **out, unsigned n)
             cluster_wake_all(c);
             for (unsigned j = 0; j < i; j++)
                 pthread_join(c->workers[j]->os, NULL);
-            for (unsigned j = 0; j < n; j++)
+            for (unsigned j = 0; j < n; j++) {
+                bias_slot_give(c->workers[j]->bias_tag >> 2);
                 free(c->workers[j]);
+            }
             free(c);
             return EAGAIN;
         }
@@ -837,6 +842,7 @@ void cluster_stop(struct fern_cluster *c)
     pthread_mutex_unlock(&rt.boot_lock);
     for (unsigned i = 0; i < c->nworkers; i++) {
         timers_free(c->workers[i]);
+        bias_slot_give(c->workers[i]->bias_tag >> 2);
         free(c->workers[i]);
     }
     free(c);

@@ -68,12 +68,48 @@ static int queue_wait(fern_waitq *q, uint32_t *lock, void *token, const char *wh
     return st;
 }
 
-/* For *_destroy: EBUSY while anyone waits on q. */
-static int queue_busy(uint32_t *lock, const fern_waitq *q)
+/* Mutex and condition variable fields are read and written either plainly
+ * (the object is biased to the caller's worker, see bias.c) or atomically;
+ * these take the mode. */
+static inline uint32_t xchg_p(bool plain, uint32_t *p, uint32_t v)
 {
-    spin_lock(lock);
+    if (plain) {
+        uint32_t old = LOAD_RELAXED(p);
+        STORE_RELAXED(p, v);
+        return old;
+    }
+    return __atomic_exchange_n(p, v, __ATOMIC_ACQ_REL);
+}
+
+static inline bool cas_p(bool plain, uint32_t *p, uint32_t expect, uint32_t v)
+{
+    if (plain) {
+        if (LOAD_RELAXED(p) != expect)
+            return false;
+        STORE_RELAXED(p, v);
+        return true;
+    }
+    return CAS(p, &expect, v);
+}
+
+static inline void qlock(bool plain, uint32_t *l)
+{
+    if (!plain)
+        spin_lock(l);
+}
+
+static inline void qunlock(bool plain, uint32_t *l)
+{
+    if (!plain)
+        spin_unlock(l);
+}
+
+/* EBUSY while anyone waits on q (guarded by *lock, or plain). */
+static int queue_busy_p(bool plain, uint32_t *lock, const fern_waitq *q)
+{
+    qlock(plain, lock);
     bool busy = !waitq_empty(q);
-    spin_unlock(lock);
+    qunlock(plain, lock);
     return busy ? EBUSY : 0;
 }
 
@@ -89,9 +125,11 @@ int fern_mutex_destroy(fern_mutex *m)
 {
     if (!m)
         return EINVAL;
-    if (LOAD(&m->state_) != 0)
-        return EBUSY;
-    return queue_busy(&m->lock_, &m->waiters_);
+    uint32_t tag;
+    bool plain = bias_enter(&m->bias_, &tag);
+    int r = LOAD(&m->state_) != 0 ? EBUSY : queue_busy_p(plain, &m->lock_, &m->waiters_);
+    bias_end(tag);
+    return r;
 }
 
 #define STARVE_NS 1000000 /* a waiter queued this long turns on hand-off */
@@ -100,38 +138,44 @@ static int mutex_lock_slow(fern_mutex *m, int64_t deadline, void *self)
 {
     if (LOAD_RELAXED(&m->owner_) == self)
         return EDEADLK;
+    uint32_t tag;
+    bool plain = bias_enter(&m->bias_, &tag);
     /* Spin briefly before parking (as Go's mutex does) when the holder can
      * be running elsewhere: a critical section is often shorter than a park
      * and a wake-up. Not in hand-off mode (no barging then), and not when
-     * this worker is its cluster's only one: the holder would need it. */
+     * this worker is its cluster's only one: the holder would need it (a
+     * biased mutex is only used by one such worker). */
     struct worker *w = worker_self();
-    if (!LOAD_RELAXED(&m->handoff_) && (!w || w->cluster->nworkers > 1)) {
+    if (!plain && !LOAD_RELAXED(&m->handoff_) && (!w || w->cluster->nworkers > 1)) {
         for (int round = 0; round < 4; round++) {
             for (int k = 0; k < 30; k++)
                 __builtin_ia32_pause();
             uint32_t z = 0;
             if (LOAD_RELAXED(&m->state_) == 0 && CAS(&m->state_, &z, 1)) {
                 STORE_RELAXED(&m->owner_, self);
+                bias_end(tag);
                 return 0;
             }
         }
     }
     int64_t since = 0;
     for (;;) {
-        if (__atomic_exchange_n(&m->state_, 2, __ATOMIC_ACQUIRE) == 0)
+        if (xchg_p(plain, &m->state_, 2) == 0)
             break;
         int64_t now = fern_now_ns();
-        if (deadline != FERN_FOREVER && now >= deadline)
+        if (deadline != FERN_FOREVER && now >= deadline) {
+            bias_end(tag);
             return ETIMEDOUT;
+        }
         if (!since)
             since = now;
         struct waiter wt;
         waiter_init(&wt);
         wt.token = self;
         wt.since = since;
-        spin_lock(&m->lock_);
-        if (__atomic_exchange_n(&m->state_, 2, __ATOMIC_ACQUIRE) == 0) {
-            spin_unlock(&m->lock_);
+        qlock(plain, &m->lock_);
+        if (xchg_p(plain, &m->state_, 2) == 0) {
+            qunlock(plain, &m->lock_);
             break;
         }
         if (now - since > STARVE_NS) {
@@ -142,108 +186,137 @@ static int mutex_lock_slow(fern_mutex *m, int64_t deadline, void *self)
             waitq_push(&m->waiters_, &wt);
         }
         wait_note("mutex", m);
-        int st = waiter_wait(&wt, &m->lock_, deadline);
+        /* Ends the operation: lock_ and the bias busy flag are released
+         * once this thread is off its stack. */
+        int st = waiter_wait(&wt, plain ? NULL : &m->lock_, deadline);
         wait_note(NULL, NULL);
+        plain = bias_enter(&m->bias_, &tag); /* the bias may have been revoked meanwhile */
         if (st == W_TIMEDOUT) {
-            spin_lock(&m->lock_);
+            qlock(plain, &m->lock_);
             waitq_unlink(&wt);
-            spin_unlock(&m->lock_);
+            qunlock(plain, &m->lock_);
             /* The deadline passed, but the mutex may be free right now. */
-            if (__atomic_exchange_n(&m->state_, 2, __ATOMIC_ACQUIRE) == 0)
+            if (xchg_p(plain, &m->state_, 2) == 0)
                 break;
+            bias_end(tag);
             return ETIMEDOUT;
         }
-        if (wt.p->result == 1)
+        if (wt.p->result == 1) {
+            bias_end(tag);
             return 0; /* handed over: unlock made us the owner */
+        }
     }
     STORE_RELAXED(&m->owner_, self);
+    bias_end(tag);
     return 0;
+}
+
+static inline int mutex_lock(fern_mutex *m, int64_t deadline)
+{
+    void *self = self_token();
+    uint32_t tag;
+    bool plain = bias_enter(&m->bias_, &tag);
+    if (likely(cas_p(plain, &m->state_, 0, 1))) {
+        STORE_RELAXED(&m->owner_, self);
+        bias_end(tag);
+        return 0;
+    }
+    bias_end(tag);
+    return mutex_lock_slow(m, deadline, self);
 }
 
 int fern_mutex_lock(fern_mutex *m)
 {
     if (!m)
         return EINVAL;
-    uint32_t z = 0;
-    void *self = self_token();
-    if (likely(CAS(&m->state_, &z, 1))) {
-        STORE_RELAXED(&m->owner_, self);
-        return 0;
-    }
-    return mutex_lock_slow(m, FERN_FOREVER, self);
+    return mutex_lock(m, FERN_FOREVER);
 }
 
 int fern_mutex_timedlock(fern_mutex *m, int64_t deadline_ns)
 {
     if (!m || deadline_ns < 0)
         return EINVAL;
-    uint32_t z = 0;
-    void *self = self_token();
-    if (CAS(&m->state_, &z, 1)) {
-        STORE_RELAXED(&m->owner_, self);
-        return 0;
-    }
-    return mutex_lock_slow(m, deadline_ns, self);
+    return mutex_lock(m, deadline_ns);
 }
 
 int fern_mutex_trylock(fern_mutex *m)
 {
     if (!m)
         return EINVAL;
-    uint32_t z = 0;
-    if (!CAS(&m->state_, &z, 1))
-        return EBUSY;
-    STORE_RELAXED(&m->owner_, self_token());
-    return 0;
+    uint32_t tag;
+    bool plain = bias_enter(&m->bias_, &tag);
+    int r = EBUSY;
+    if (cas_p(plain, &m->state_, 0, 1)) {
+        STORE_RELAXED(&m->owner_, self_token());
+        r = 0;
+    }
+    bias_end(tag);
+    return r;
 }
 
 /* Hand-off mode: pass the mutex, still locked, to the first waiter we win
  * (an heir is won already). Hand-off continues while heirs are queued. */
-static bool mutex_handoff(fern_mutex *m)
+static bool mutex_handoff(fern_mutex *m, bool plain)
 {
-    spin_lock(&m->lock_);
-    struct waiter *wt = m->waiters_.head;
-    if (wt && wt->heir) {
+    qlock(plain, &m->lock_);
+    /* Heirs are won already (a claim would fail on them); other waiters
+     * must be won, and one whose timed lock expired is dropped (it unlinks
+     * itself, finding itself gone). */
+    struct waiter *wt;
+    while ((wt = m->waiters_.head) != NULL) {
         waitq_unlink(wt);
-        m->heirs_--;
-    } else {
-        wt = waitq_claim_one(&m->waiters_);
+        if (wt->heir) {
+            m->heirs_--;
+            break;
+        }
+        if (waiter_claim(wt))
+            break;
     }
     if (!wt) {
         STORE_RELAXED(&m->handoff_, 0);
-        spin_unlock(&m->lock_);
+        qunlock(plain, &m->lock_);
         return false;
     }
     STORE_RELAXED(&m->owner_, wt->token);
     if (!m->heirs_ && (waitq_empty(&m->waiters_) || (!wt->heir && fern_now_ns() - wt->since < STARVE_NS)))
         STORE_RELAXED(&m->handoff_, 0);
-    spin_unlock(&m->lock_);
+    qunlock(plain, &m->lock_);
     waiter_release(wt, 1);
     return true;
 }
 
-int fern_mutex_unlock(fern_mutex *m)
+/* Unlock for the caller self, inside an operation on m in the given mode. */
+static int mutex_release(fern_mutex *m, bool plain, void *self)
 {
-    if (!m)
-        return EINVAL;
-    if (LOAD_RELAXED(&m->owner_) != self_token())
+    if (LOAD_RELAXED(&m->owner_) != self)
         return EPERM;
-    if (unlikely(LOAD_RELAXED(&m->handoff_)) && mutex_handoff(m))
+    if (unlikely(LOAD_RELAXED(&m->handoff_)) && mutex_handoff(m, plain))
         return 0;
     STORE_RELAXED(&m->owner_, NULL);
-    if (likely(__atomic_exchange_n(&m->state_, 0, __ATOMIC_RELEASE) == 1))
+    if (likely(xchg_p(plain, &m->state_, 0) == 1))
         return 0;
-    spin_lock(&m->lock_);
+    qlock(plain, &m->lock_);
     /* A waiter still asleep in the queue can be starving too: then the next
      * unlock hands over, whoever barges in now. */
     struct waiter *head = m->waiters_.head;
     if (head && fern_now_ns() - head->since > STARVE_NS)
         STORE_RELAXED(&m->handoff_, 1);
     struct waiter *wt = waitq_claim_one(&m->waiters_);
-    spin_unlock(&m->lock_);
+    qunlock(plain, &m->lock_);
     if (wt)
         waiter_release(wt, 0);
     return 0;
+}
+
+int fern_mutex_unlock(fern_mutex *m)
+{
+    if (!m)
+        return EINVAL;
+    uint32_t tag;
+    bool plain = bias_enter(&m->bias_, &tag);
+    int r = mutex_release(m, plain, self_token());
+    bias_end(tag);
+    return r;
 }
 
 int fern_cond_init(fern_cond *c)
@@ -258,7 +331,11 @@ int fern_cond_destroy(fern_cond *c)
 {
     if (!c)
         return EINVAL;
-    return queue_busy(&c->lock_, &c->waiters_);
+    uint32_t tag;
+    bool plain = bias_enter(&c->bias_, &tag);
+    int r = queue_busy_p(plain, &c->lock_, &c->waiters_);
+    bias_end(tag);
+    return r;
 }
 
 int fern_cond_timedwait(fern_cond *c, fern_mutex *m, int64_t deadline_ns)
@@ -266,9 +343,13 @@ int fern_cond_timedwait(fern_cond *c, fern_mutex *m, int64_t deadline_ns)
     if (!c || !m || deadline_ns < 0)
         return EINVAL;
     void *self = self_token();
-    if (LOAD_RELAXED(&m->owner_) != self)
+    bool pc, pm;
+    uint32_t tag = bias_enter2(&c->bias_, &pc, &m->bias_, &pm);
+    if (LOAD_RELAXED(&m->owner_) != self) {
+        bias_end(tag);
         return EPERM;
-    spin_lock(&c->lock_);
+    }
+    qlock(pc, &c->lock_);
     /* Unlock m only once queued (under c's lock): a signal after the
      * unlock must find us. m's lock and c's lock are never nested the
      * other way round. */
@@ -277,18 +358,20 @@ int fern_cond_timedwait(fern_cond *c, fern_mutex *m, int64_t deadline_ns)
     wt.token = self;
     wt.data = m; /* a broadcast may move us onto m's queue */
     waitq_push(&c->waiters_, &wt);
-    fern_mutex_unlock(m);
+    mutex_release(m, pm, self);
     wait_note("cond", c);
-    int st = waiter_wait(&wt, &c->lock_, deadline_ns);
+    int st = waiter_wait(&wt, pc ? NULL : &c->lock_, deadline_ns); /* ends the operation */
     wait_note(NULL, NULL);
     if (st == W_TIMEDOUT) {
-        spin_lock(&c->lock_);
+        pc = bias_enter(&c->bias_, &tag);
+        qlock(pc, &c->lock_);
         waitq_unlink(&wt);
-        spin_unlock(&c->lock_);
+        qunlock(pc, &c->lock_);
+        bias_end(tag);
     } else if (wt.p->result == 1) {
         return 0; /* moved to m by a broadcast and handed m: we own it */
     }
-    fern_mutex_lock(m);
+    mutex_lock(m, FERN_FOREVER);
     return st == W_TIMEDOUT ? ETIMEDOUT : 0;
 }
 
@@ -301,9 +384,12 @@ int fern_cond_signal(fern_cond *c)
 {
     if (!c)
         return EINVAL;
-    spin_lock(&c->lock_);
+    uint32_t tag;
+    bool plain = bias_enter(&c->bias_, &tag);
+    qlock(plain, &c->lock_);
     struct waiter *wt = waitq_claim_one(&c->waiters_);
-    spin_unlock(&c->lock_);
+    qunlock(plain, &c->lock_);
+    bias_end(tag);
     if (wt)
         waiter_release(wt, 0);
     return 0;
@@ -313,24 +399,33 @@ int fern_cond_broadcast(fern_cond *c)
 {
     if (!c)
         return EINVAL;
-    spin_lock(&c->lock_);
+    uint32_t tag;
+    bool plain = bias_enter(&c->bias_, &tag);
+    qlock(plain, &c->lock_);
     struct waiter *all = waitq_claim_all(&c->waiters_);
-    spin_unlock(&c->lock_);
-    if (!all)
+    qunlock(plain, &c->lock_);
+    if (!all) {
+        bias_end(tag);
         return 0;
+    }
     /* Waiters on the mutex the caller holds become its heirs (see the
      * header); the others (none, unless waits used several mutexes) are
-     * woken to lock theirs. */
+     * woken to lock theirs. The mutex must be usable in this operation
+     * without settling its bias (that may not happen mid-operation); if it
+     * is not, every waiter is simply woken. */
     void *self = self_token();
     fern_mutex *m = NULL;
+    for (struct waiter *wt = all; wt && !m; wt = wt->next)
+        if (LOAD_RELAXED(&((fern_mutex *)wt->data)->owner_) == self)
+            m = wt->data;
+    int pm = m ? bias_mode(&m->bias_, tag) : -1;
+    if (pm < 0)
+        m = NULL;
     struct waiter *heirs = NULL, **ht = &heirs, *rest = NULL, **rt = &rest;
     uint32_t nheirs = 0;
     for (struct waiter *wt = all, *next; wt; wt = next) {
         next = wt->next;
-        fern_mutex *wm = wt->data;
-        if (!m && LOAD_RELAXED(&wm->owner_) == self)
-            m = wm;
-        if (wm == m) {
+        if (wt->data == m) {
             *ht = wt;
             ht = &wt->next;
             nheirs++;
@@ -342,7 +437,7 @@ int fern_cond_broadcast(fern_cond *c)
     *ht = NULL;
     *rt = NULL;
     if (m) {
-        spin_lock(&m->lock_);
+        qlock(pm, &m->lock_);
         for (struct waiter *wt = heirs, *next; wt; wt = next) {
             next = wt->next;
             wt->heir = 1;
@@ -352,8 +447,9 @@ int fern_cond_broadcast(fern_cond *c)
         STORE_RELAXED(&m->handoff_, 1);
         /* We hold m (state 1 or 2); 2 sends our unlock down the slow path. */
         STORE(&m->state_, 2);
-        spin_unlock(&m->lock_);
+        qunlock(pm, &m->lock_);
     }
+    bias_end(tag);
     waiters_release(rest, 0);
     return 0;
 }
@@ -378,7 +474,7 @@ int fern_sem_destroy(fern_sem *s)
 {
     if (!s)
         return EINVAL;
-    return queue_busy(&s->lock_, &s->waiters_);
+    return queue_busy_p(false, &s->lock_, &s->waiters_);
 }
 
 static int sem_take(fern_sem *s, int64_t deadline, bool try_only)
@@ -632,7 +728,7 @@ int fern_barrier_destroy(fern_barrier *b)
 {
     if (!b)
         return EINVAL;
-    return queue_busy(&b->lock_, &b->waiters_);
+    return queue_busy_p(false, &b->lock_, &b->waiters_);
 }
 
 int fern_barrier_wait(fern_barrier *b)

@@ -75,15 +75,20 @@ static void after_wait(struct worker *w, fern_thread *prev, void *arg)
         timer_add(w, &p->timer);
     if (p->unlock)
         p->unlock(p->unlock_arg);
+    bias_idle(w);
 }
 
 static void unlock_spin(void *l) { spin_unlock(l); }
 
 /* Post-switch action of a green thread parking without a deadline under one
- * spin lock: the common case, without after_wait's indirections. */
+ * spin lock or none (a biased object's queue): the common case, without
+ * after_wait's indirections. Both end the parking thread's operation on
+ * biased objects (bias.c). */
 static void after_wait_spin(struct worker *w, fern_thread *prev, void *arg)
 {
-    spin_unlock(arg);
+    if (arg)
+        spin_unlock(arg);
+    bias_idle(w);
 }
 
 /* A green thread parks: the common untimed wait under one spin lock goes
@@ -136,7 +141,7 @@ static inline __attribute__((always_inline)) int park(struct parker *p, void (*u
     p->timer.deadline = deadline;
     if (!self)
         return park_plain(p, unlock, arg, deadline);
-    if (deadline == FERN_FOREVER && unlock == unlock_spin) {
+    if (deadline == FERN_FOREVER && (unlock == unlock_spin || !unlock)) {
         p->thread = self;
         sched_park(after_wait_spin, arg);
         return (int)LOAD(&p->state);

@@ -271,6 +271,67 @@ TEST(Cond, BroadcastWithMutexHeldHandsMutexToEachWaiter) {
     EXPECT_EQ(0, fern_cluster_destroy(cl));
 }
 
+// An heir queued behind lockers whose timed lock has expired but who have
+// not yet run to unlink themselves: the hand-off must skip them and still
+// reach the heir (an expired waiter cannot be won; an heir is won already).
+// Deterministic on one worker: the lockers' timers and the broadcaster's
+// sleep expire in one batch while another thread spins, and the last one
+// readied (the broadcaster) runs first.
+TEST(Cond, HeirBehindExpiredTimedLockers) {
+    Watchdog wd(60, "HeirBehindExpiredTimedLockers");
+    fern_cluster *one = nullptr;
+    ASSERT_EQ(0, fern_cluster_create(&one, 1));
+    for (int round = 0; round < 20; round++) {
+        fern_cond c = FERN_COND_INIT;
+        fern_mutex m = FERN_MUTEX_INIT;
+        int waiting = 0, started = 0, heir_done = 0;
+        fern_thread *h = nullptr, *b = nullptr;
+        ASSERT_EQ(0, spawn_on(&h, one, [&] {
+            fern_mutex_lock(&m);
+            waiting = 1;
+            EXPECT_EQ(0, fern_cond_timedwait(&c, &m, fern_now_ns() + ms(60000)));
+            heir_done = 1;
+            EXPECT_EQ(0, fern_mutex_unlock(&m));
+        }));
+        ASSERT_EQ(0, spawn_on(&b, one, [&] {
+            while (!waiting) fern_yield();
+            fern_mutex_lock(&m);
+            fern_thread *ls[2], *spinner = nullptr;
+            for (int i = 0; i < 2; i++)
+                ASSERT_EQ(0, spawn_on(&ls[i], one, [&, i] {
+                    started++;
+                    // Expired, but once run it may still find m free.
+                    int rc = fern_mutex_timedlock(&m, fern_now_ns() + 500000 + 100000 * i);
+                    if (rc == 0)
+                        EXPECT_EQ(0, fern_mutex_unlock(&m));
+                    else
+                        EXPECT_EQ(ETIMEDOUT, rc);
+                }));
+            while (started < 2) fern_yield(); // both queued on m
+            EXPECT_EQ(0, fern_cond_broadcast(&c)); // the heir goes behind them
+            ASSERT_EQ(0, spawn_on(&spinner, one, [&] {
+                int64_t until = fern_now_ns() + ms(3);
+                while (fern_now_ns() < until) {
+                }
+            }));
+            fern_sleep_ns(ms(1));
+            EXPECT_EQ(0, fern_mutex_unlock(&m)); // hands m to the heir
+            for (auto l : ls) EXPECT_EQ(0, fern_join(l, nullptr));
+            EXPECT_EQ(0, fern_join(spinner, nullptr));
+        }));
+        ASSERT_EQ(0, fern_join(b, nullptr));
+        ASSERT_EQ(0, fern_join(h, nullptr));
+        EXPECT_EQ(1, heir_done);
+        EXPECT_EQ(0, fern_mutex_trylock(&m));
+        EXPECT_EQ(0, fern_mutex_unlock(&m));
+        EXPECT_EQ(0u, m.heirs_);
+        EXPECT_EQ(0u, m.handoff_);
+        EXPECT_EQ(0, fern_mutex_destroy(&m));
+        EXPECT_EQ(0, fern_cond_destroy(&c));
+    }
+    EXPECT_EQ(0, fern_cluster_destroy(one));
+}
+
 // Broadcast without the mutex: every waiter is woken and locks it again.
 TEST(Cond, BroadcastWithoutMutexWakesAllToRelock) {
     Watchdog wd(60, "BroadcastWithoutMutexWakesAllToRelock");

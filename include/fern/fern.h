@@ -220,15 +220,17 @@ typedef struct fern_mutex {
     fern_waitq waiters_;
     uint32_t handoff_; /* 1: unlock hands the mutex over to a waiter */
     uint32_t heirs_;   /* waiters moved here by fern_cond_broadcast */
+    uint32_t bias_;    /* worker whose green threads use plain stores, or shared */
+    uint32_t pad_;
 } fern_mutex;
 
 typedef struct fern_cond {
     uint32_t lock_;
-    uint32_t pad_;
+    uint32_t bias_;
     fern_waitq waiters_;
 } fern_cond;
 
-#define FERN_MUTEX_INIT {0, 0, NULL, {NULL, NULL}, 0, 0}
+#define FERN_MUTEX_INIT {0, 0, NULL, {NULL, NULL}, 0, 0, 0, 0}
 #define FERN_COND_INIT {0, 0, {NULL, NULL}}
 
 /* Initialise (same as zeroing). Return 0; EINVAL if the pointer is NULL. */
@@ -582,6 +584,9 @@ struct fern_stats {
     uint64_t guards_mprotect;  /* stacks guarded by mprotect */
     uint64_t guards_canary;    /* stacks protected by a canary only */
     fern_guard_mode guard_mode; /* what new stack slots get now */
+    uint64_t bias_revocations; /* mutexes and condition variables taken out of
+                                  a one-worker cluster's plain mode (see
+                                  fern_mutex) since the process started */
 };
 
 /* Fill *s with counters (read without stopping workers: each is exact, the
