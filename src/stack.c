@@ -38,6 +38,8 @@
 
 #include <stdio.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 #ifdef FERN_VALGRIND
 #include <valgrind/valgrind.h>
@@ -54,6 +56,10 @@
 #define GUARD_BUDGET_DEFAULT 12000u
 #define SLAB_SLOTS_MIN 16u
 #define SLAB_SLOTS_MAX 1024u
+#define GUARD_BATCH 16u
+/* process_madvise's pidfd for "the calling thread" (Linux 6.15+; the same
+ * value in every kernel that has it). The thread's mm is the process's. */
+#define PIDFD_SELF_THREAD_ (-10000)
 
 struct slab {
     struct slab *next;
@@ -66,11 +72,17 @@ struct class_pool {
     uint64_t nclean, ndirty;
     char *carve, *carve_end;     /* unused part of the newest slab */
     uint32_t slab_slots;
+    /* Batched guards, newest slab: slab_lo is its base; the slots below
+     * guarding are claimed by a batch; guarded has a bit per slot whose
+     * guard is in. */
+    char *slab_lo, *guarding;
+    uint64_t guarded[SLAB_SLOTS_MAX / 64];
 };
 
 static struct {
     uint32_t lock;
     int guard_mode;
+    bool guard_batch;            /* process_madvise guards a batch of slots */
     uint32_t guard_budget;
     uint32_t mprotect_used;
     struct slab *slabs;
@@ -109,6 +121,31 @@ static bool guard_install_works(void)
     return ok;
 }
 
+static long guard_batch_call(const struct iovec *v, size_t n)
+{
+#ifdef SYS_process_madvise
+    return syscall(SYS_process_madvise, PIDFD_SELF_THREAD_, v, n, MADV_GUARD_INSTALL, 0);
+#else
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+/* Can one process_madvise call guard several slots? It needs PIDFD_SELF
+ * (Linux 6.15+) and a kernel that lets a process apply any advice to itself
+ * that way; older kernels say EBADF or EINVAL. */
+static bool guard_batch_works(void)
+{
+    char *p = mmap(NULL, 4 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (p == MAP_FAILED)
+        return false;
+    struct iovec v[2] = {{p, PAGE}, {p + 2 * PAGE, PAGE}};
+    bool ok = guard_batch_call(v, 2) == (long)(2 * PAGE);
+    munmap(p, 4 * PAGE);
+    return ok;
+}
+
 int stack_init(void)
 {
     if (S.inited)
@@ -125,6 +162,9 @@ int stack_init(void)
         S.guard_mode = FERN_GUARD_MPROTECT;
     else
         S.guard_mode = guard_install_works() ? FERN_GUARD_MADVISE : FERN_GUARD_MPROTECT;
+    /* FERN_GUARD=madvise: MADV_GUARD_INSTALL, but one call per stack. */
+    S.guard_batch = S.guard_mode == FERN_GUARD_MADVISE && !(g && strcmp(g, "madvise") == 0) &&
+                    guard_batch_works();
     if (S.guard_mode == FERN_GUARD_MPROTECT && S.guard_budget == 0)
         S.guard_mode = FERN_GUARD_CANARY;
     S.inited = true;
@@ -143,10 +183,29 @@ void stack_fini(void)
     memset(&S, 0, sizeof S);
 }
 
+/* Slots claimed ahead, [lo, hi) a stride apart: their guards go in with the
+ * caller's own, in one process_madvise call. */
+struct guard_job {
+    char *lo, *hi;
+};
+
+static size_t slot_index(const struct class_pool *p, const char *slot, size_t stride)
+{
+    return (size_t)(slot - p->slab_lo) / stride;
+}
+
 /* Under S.lock: reserve the next slot of class cls, mapping a new slab if
  * needed; NULL if out of memory or mappings. *mode gets the guard to install
- * (the mprotect budget is taken here). */
-static char *slot_reserve(int cls, int *mode)
+ * (the mprotect budget is taken here), *pre whether it is in already.
+ *
+ * Batched guards: a slot whose guard is not in claims the next
+ * GUARD_BATCH - 1 slots (*job), so the next takers find theirs installed.
+ * Slots stay handed out one at a time in address order (a batch per worker
+ * would be simpler, but then the threads of two workers park, and a broadcast
+ * walks them, in an order that breaks the hardware prefetchers' constant
+ * stride: measured 2.4 times slower). The claimed slots cost no memory until
+ * used but their guards' page-table page. */
+static char *slot_reserve(int cls, int *mode, bool *pre, struct guard_job *job)
 {
     struct class_pool *p = &S.cls[cls];
     size_t size = class_size(cls), stride = size + PAGE;
@@ -173,25 +232,67 @@ static char *slot_reserve(int cls, int *mode)
         p->slab_slots = slots;
         p->carve = sl->base;
         p->carve_end = sl->base + sl->bytes;
+        p->slab_lo = p->guarding = sl->base;
+        memset(p->guarded, 0, sizeof p->guarded);
     }
     char *slot = p->carve;
     p->carve += stride;
     *mode = LOAD_RELAXED(&S.guard_mode);
+    *pre = false;
+    job->lo = job->hi = NULL;
     if (*mode == FERN_GUARD_MPROTECT) {
         if (S.mprotect_used >= S.guard_budget)
             *mode = FERN_GUARD_CANARY;
         else
             S.mprotect_used++;
+    } else if (*mode == FERN_GUARD_MADVISE && LOAD_RELAXED(&S.guard_batch)) {
+        size_t i = slot_index(p, slot, stride);
+        *pre = (p->guarded[i / 64] >> (i % 64)) & 1;
+        if (!*pre) {
+            char *lo = p->guarding > p->carve ? p->guarding : p->carve;
+            size_t n = (size_t)(p->carve_end - lo) / stride;
+            if (n > GUARD_BATCH - 1)
+                n = GUARD_BATCH - 1;
+            job->lo = lo;
+            job->hi = p->guarding = lo + n * stride;
+        }
     }
     return slot;
 }
 
-/* Outside the lock (the guard is a system call): guard a reserved slot and
- * write its header. */
-static struct stack *slot_init(char *slot, int cls, int mode)
+/* Outside the lock: install the guards of slot and of the slots job claimed
+ * with one system call, then mark the claimed ones guarded (unless the
+ * class has moved on to a newer slab, whose slots they are not). On failure
+ * (not expected once the probe passed) batches stop, and each slot gets its
+ * own madvise (a guard installed twice is harmless). */
+static bool guard_run(int cls, char *slot, const struct guard_job *job, size_t stride)
+{
+    struct iovec v[GUARD_BATCH];
+    size_t n = 0;
+    v[n++] = (struct iovec){slot, PAGE};
+    for (char *q = job->lo; q < job->hi; q += stride)
+        v[n++] = (struct iovec){q, PAGE};
+    if (guard_batch_call(v, n) != (long)(n * PAGE)) {
+        STORE_RELAXED(&S.guard_batch, false);
+        return false;
+    }
+    struct class_pool *p = &S.cls[cls];
+    spin_lock(&S.lock);
+    if ((uintptr_t)job->lo >= (uintptr_t)p->slab_lo && (uintptr_t)job->hi <= (uintptr_t)p->carve_end)
+        for (char *q = job->lo; q < job->hi; q += stride) {
+            size_t i = slot_index(p, q, stride);
+            p->guarded[i / 64] |= (uint64_t)1 << (i % 64);
+        }
+    spin_unlock(&S.lock);
+    return true;
+}
+
+/* Outside the lock (the guard is a system call): guard a reserved slot
+ * (unless its guard is in already) and write its header. */
+static struct stack *slot_init(char *slot, int cls, int mode, bool guarded)
 {
     size_t size = class_size(cls);
-    if (mode == FERN_GUARD_MADVISE && madvise(slot, PAGE, MADV_GUARD_INSTALL) != 0) {
+    if (mode == FERN_GUARD_MADVISE && !guarded && madvise(slot, PAGE, MADV_GUARD_INSTALL) != 0) {
         STORE_RELAXED(&S.guard_mode, FERN_GUARD_MPROTECT);
         mode = FERN_GUARD_CANARY;
     }
@@ -281,11 +382,16 @@ struct stack *stack_get(struct worker *w, int cls)
         }
         char *slot = NULL;
         int mode = 0;
+        bool pre = false;
+        struct guard_job job;
         if (!s)
-            slot = slot_reserve(cls, &mode);
+            slot = slot_reserve(cls, &mode, &pre, &job);
         spin_unlock(&S.lock);
-        if (slot)
-            s = slot_init(slot, cls, mode);
+        if (slot) {
+            if (job.lo != job.hi)
+                pre = guard_run(cls, slot, &job, class_size(cls) + PAGE);
+            s = slot_init(slot, cls, mode, pre);
+        }
         if (!s)
             return NULL;
     }

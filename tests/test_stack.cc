@@ -2,6 +2,7 @@
 // pooled stacks, late binding, 100k parked threads, guard accounting.
 #include "fern_test.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace fern_test;
@@ -209,6 +211,40 @@ TEST(StackDeathTest, OverflowReportIncludesStackSize) {
     EXPECT_DEATH(overflow_main(256 * 1024, false), overflow_report(256 * 1024, true));
 }
 
+// The overflowing thread's slot comes after `parked` others of its class (in
+// the death test's fresh process): with batched guards its guard went in
+// ahead, with the first slot's (and FERN_GUARD=madvise: with its own call).
+void parked_then_overflow(size_t stack_size, int parked) {
+    static fern_mutex gate = FERN_MUTEX_INIT;
+    static std::atomic<int> started{0};
+    fern_mutex_lock(&gate);
+    fern_attr a{};
+    a.stack_size = stack_size;
+    a.detached = true;
+    auto hold = [](void *) -> void * {
+        started.fetch_add(1);
+        fern_mutex_lock(&gate);
+        fern_mutex_unlock(&gate);
+        return nullptr;
+    };
+    for (int i = 0; i < parked; i++)
+        if (fern_spawn(nullptr, &a, hold, nullptr) != 0) return;
+    while (started.load() < parked) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    overflow_main(stack_size, false);
+}
+
+TEST(StackDeathTest, OverflowCaughtOnSlotGuardedAhead) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(parked_then_overflow(64 * 1024, 5), overflow_report(64 * 1024, false));
+}
+
+TEST(StackDeathTest, OverflowCaughtWithOneGuardCallPerStack) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    setenv("FERN_GUARD", "madvise", 1); // read by the child's runtime
+    EXPECT_DEATH(parked_then_overflow(64 * 1024, 5), overflow_report(64 * 1024, false));
+    unsetenv("FERN_GUARD");
+}
+
 // --- pooling and accounting ---
 
 void *noop(void *arg) { return arg; }
@@ -355,6 +391,103 @@ TEST(Stack, GuardCounters) {
         EXPECT_NE(FERN_GUARD_MADVISE, s.guard_mode);
         EXPECT_EQ(0u, s.guards_madvise);
     }
+}
+
+// Guard markers show in /proc/self/pagemap (bit 58, Linux 6.14+): is page p
+// one? -1 if pagemap cannot say.
+int pagemap_guard(int fd, uintptr_t p) {
+    uint64_t e = 0;
+    if (pread(fd, &e, sizeof e, (off_t)(p / 4096 * sizeof e)) != (ssize_t)sizeof e) return -1;
+    return (int)((e >> 58) & 1);
+}
+
+bool pagemap_shows_guards(int fd) {
+    long pg = sysconf(_SC_PAGESIZE);
+    char *p = (char *)mmap(nullptr, 2 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return false;
+    bool ok = madvise(p, pg, MADV_GUARD_INSTALL) == 0 && pagemap_guard(fd, (uintptr_t)p) == 1 &&
+              pagemap_guard(fd, (uintptr_t)p + pg) == 0;
+    munmap(p, 2 * pg);
+    return ok;
+}
+
+// Many threads of a class park at once (several guard batches, claims that
+// run into a slab's end); each stack's first page below its usable range must
+// be a guard marker, and no page in between.
+void every_parked_stack_guarded() {
+    int fd = open("/proc/self/pagemap", O_RDONLY);
+    ASSERT_GE(fd, 0);
+    if (!pagemap_shows_guards(fd)) {
+        close(fd);
+        GTEST_SKIP() << "no MADV_GUARD_INSTALL, or pagemap does not show guard markers";
+    }
+    const int N = (int)tsan_capped(200, 200);
+    const size_t size = 64 * 1024;
+    fern_mutex m = FERN_MUTEX_INIT;
+    fern_cond cv = FERN_COND_INIT;
+    int waiting = 0;
+    bool release = false;
+    std::vector<uintptr_t> where(N);
+    struct Ctx {
+        fern_mutex *m;
+        fern_cond *cv;
+        int *waiting;
+        bool *release;
+        uintptr_t *where;
+    } ctx{&m, &cv, &waiting, &release, where.data()};
+    auto body = [](void *p) -> void * {
+        auto *c = static_cast<Ctx *>(p);
+        volatile char here = 0;
+        fern_mutex_lock(c->m);
+        c->where[(*c->waiting)++] = (uintptr_t)&here;
+        while (!*c->release) fern_cond_wait(c->cv, c->m);
+        fern_mutex_unlock(c->m);
+        return nullptr;
+    };
+    fern_attr a{};
+    a.stack_size = size;
+    std::vector<fern_thread *> ts(N);
+    for (int i = 0; i < N; i++) ASSERT_EQ(0, fern_spawn(&ts[i], &a, body, &ctx));
+    for (;;) {
+        fern_mutex_lock(&m);
+        int w = waiting;
+        fern_mutex_unlock(&m);
+        if (w == N) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    struct fern_stats s;
+    ASSERT_EQ(0, fern_stats(&s));
+    EXPECT_EQ(FERN_GUARD_MADVISE, s.guard_mode);
+    EXPECT_EQ(0u, s.guards_canary);
+    for (int i = 0; i < N; i++) {
+        // The local is in the stack's top page; the guard is size bytes
+        // below that page's end.
+        uintptr_t top = (where[i] | 4095) + 1, guard = top - size - 4096;
+        EXPECT_EQ(1, pagemap_guard(fd, guard)) << "thread " << i;
+        int inside = 0;
+        for (uintptr_t q = guard + 4096; q < top; q += 4096) inside += pagemap_guard(fd, q) == 1;
+        EXPECT_EQ(0, inside) << "thread " << i;
+    }
+    fern_mutex_lock(&m);
+    release = true;
+    fern_cond_broadcast(&cv);
+    fern_mutex_unlock(&m);
+    for (int i = 0; i < N; i++) ASSERT_EQ(0, fern_join(ts[i], nullptr));
+    close(fd);
+}
+
+TEST(Stack, EveryStackGuardedBatched) { every_parked_stack_guarded(); }
+
+// FERN_GUARD=madvise: one MADV_GUARD_INSTALL call per stack, no batches.
+TEST(Stack, EveryStackGuardedOneCallPerStack) {
+    if (runtime_running()) {
+        ASSERT_EQ(0, fern_shutdown());
+    }
+    setenv("FERN_GUARD", "madvise", 1);
+    ASSERT_EQ(0, fern_init(nullptr));
+    every_parked_stack_guarded();
+    ASSERT_EQ(0, fern_shutdown());
+    unsetenv("FERN_GUARD");
 }
 
 } // namespace
