@@ -399,56 +399,51 @@ int fern_cond_broadcast(fern_cond *c)
 {
     if (!c)
         return EINVAL;
-    uint32_t tag;
-    bool plain = bias_enter(&c->bias_, &tag);
-    qlock(plain, &c->lock_);
-    struct waiter *all = waitq_claim_all(&c->waiters_);
-    qunlock(plain, &c->lock_);
-    if (!all) {
-        bias_end(tag);
-        return 0;
-    }
     /* Waiters on the mutex the caller holds become its heirs (see the
      * header); the others (none, unless waits used several mutexes) are
-     * woken to lock theirs. The mutex must be usable in this operation
-     * without settling its bias (that may not happen mid-operation); if it
-     * is not, every waiter is simply woken. */
+     * woken to lock theirs. One pass, with m's lock nested in c's (the
+     * order a wait takes them in): each waiter is on its own cold stack, and
+     * a million of them cost 0.23 s in three passes, 0.06-0.11 s in one.
+     * The mutex must be usable in this operation without settling its bias
+     * (that cannot happen mid-operation); if it is not, its waiters are
+     * simply woken. */
+    uint32_t tag;
+    bool plain = bias_enter(&c->bias_, &tag);
     void *self = self_token();
     fern_mutex *m = NULL;
-    for (struct waiter *wt = all; wt && !m; wt = wt->next)
-        if (LOAD_RELAXED(&((fern_mutex *)wt->data)->owner_) == self)
-            m = wt->data;
-    int pm = m ? bias_mode(&m->bias_, tag) : -1;
-    if (pm < 0)
-        m = NULL;
-    struct waiter *heirs = NULL, **ht = &heirs, *rest = NULL, **rt = &rest;
+    bool looked = false, pm = false;
+    struct waiter *rest = NULL, **rt = &rest, *wt;
     uint32_t nheirs = 0;
-    for (struct waiter *wt = all, *next; wt; wt = next) {
-        next = wt->next;
-        if (wt->data == m) {
-            *ht = wt;
-            ht = &wt->next;
+    qlock(plain, &c->lock_);
+    while ((wt = waitq_claim_one(&c->waiters_)) != NULL) {
+        fern_mutex *wm = wt->data;
+        if (!looked && LOAD_RELAXED(&wm->owner_) == self) {
+            looked = true;
+            int mode = bias_mode(&wm->bias_, tag);
+            if (mode >= 0) {
+                m = wm;
+                pm = mode;
+                qlock(pm, &m->lock_);
+            }
+        }
+        if (wm == m) {
+            wt->heir = 1;
+            waitq_push(&m->waiters_, wt);
             nheirs++;
         } else {
             *rt = wt;
             rt = &wt->next;
         }
     }
-    *ht = NULL;
     *rt = NULL;
     if (m) {
-        qlock(pm, &m->lock_);
-        for (struct waiter *wt = heirs, *next; wt; wt = next) {
-            next = wt->next;
-            wt->heir = 1;
-            waitq_push(&m->waiters_, wt);
-        }
         m->heirs_ += nheirs;
         STORE_RELAXED(&m->handoff_, 1);
         /* We hold m (state 1 or 2); 2 sends our unlock down the slow path. */
         STORE(&m->state_, 2);
         qunlock(pm, &m->lock_);
     }
+    qunlock(plain, &c->lock_);
     bias_end(tag);
     waiters_release(rest, 0);
     return 0;

@@ -2,6 +2,8 @@
 // errors, and no lost wake-ups.
 #include "fern_test.h"
 
+#include <thread>
+
 #include <cstring>
 #include <vector>
 
@@ -366,6 +368,59 @@ TEST(Cond, BroadcastWithoutMutexWakesAllToRelock) {
     EXPECT_EQ(N, done.load());
     EXPECT_EQ(0, overlaps.load());
     EXPECT_EQ(0, m.handoff_);
+}
+
+// Waiters on two mutexes, the first queued on the one the broadcaster does
+// not hold: those on the held one become heirs (they return owning it, one
+// at a time, only after the broadcaster unlocks it), the others are woken
+// to lock theirs. Nobody is lost, no mutex is held twice.
+TEST(Cond, BroadcastWithWaitersOnTwoMutexes) {
+    Watchdog wd(60, "BroadcastWithWaitersOnTwoMutexes");
+    fern_cond c = FERN_COND_INIT;
+    fern_mutex held = FERN_MUTEX_INIT, other = FERN_MUTEX_INIT;
+    int waiting = 0, go = 0, inside_held = 0, inside_other = 0;
+    std::atomic<int> overlaps{0}, done{0}, early{0};
+    std::atomic<bool> unlocked{false};
+    constexpr int N = 60;
+    std::vector<fern_thread *> ts(N);
+    for (int i = 0; i < N; i++) {
+        fern_mutex *mine = i % 3 == 0 ? &other : &held;
+        int *inside = mine == &held ? &inside_held : &inside_other;
+        ASSERT_EQ(0, spawn(&ts[i], nullptr, [&, mine, inside] {
+            fern_mutex_lock(mine);
+            __atomic_add_fetch(&waiting, 1, __ATOMIC_SEQ_CST);
+            while (!__atomic_load_n(&go, __ATOMIC_SEQ_CST)) fern_cond_wait(&c, mine);
+            if (mine == &held && !unlocked.load()) early++;
+            if ((*inside)++ != 0) overlaps++;
+            fern_yield();
+            (*inside)--;
+            fern_mutex_unlock(mine);
+            done++;
+        }));
+        // The first waiter queued must be one on `other` (queued once it
+        // has released `other`).
+        if (i == 0) {
+            ASSERT_TRUE(wait_until([&] { return __atomic_load_n(&waiting, __ATOMIC_SEQ_CST) == 1; }));
+            fern_mutex_lock(&other);
+            fern_mutex_unlock(&other);
+        }
+    }
+    ASSERT_TRUE(wait_until([&] { return __atomic_load_n(&waiting, __ATOMIC_SEQ_CST) == N; }));
+    // Every waiter is queued on c once it released its mutex: take both.
+    fern_mutex_lock(&other);
+    fern_mutex_unlock(&other);
+    fern_mutex_lock(&held);
+    __atomic_store_n(&go, 1, __ATOMIC_SEQ_CST);
+    EXPECT_EQ(0, fern_cond_broadcast(&c));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    unlocked = true;
+    fern_mutex_unlock(&held);
+    for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
+    EXPECT_EQ(N, done.load());
+    EXPECT_EQ(0, overlaps.load());
+    EXPECT_EQ(0, early.load()) << "an heir ran before the broadcaster unlocked the mutex";
+    EXPECT_EQ(0, held.handoff_);
+    EXPECT_EQ(0, held.heirs_);
 }
 
 // Token protocol: every signal hands out one token; every token is consumed.
