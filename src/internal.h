@@ -359,6 +359,7 @@ struct worker {
                                  * touches `next`, plain loads and stores do */
     uint32_t bias_tag;          /* its objects' bias_ value (slot id << 2), 0
                                  * if it owns no bias slot (see bias.c) */
+    uint32_t *bias_busy;        /* that slot's busy flag */
     /* run queue: head taken by CAS (owner and thieves), tail owner-only */
     uint32_t rq_head __attribute__((aligned(64)));
     uint32_t rq_tail;
@@ -475,25 +476,46 @@ static inline void *self_token(void)
     return t ? (void *)t : (void *)&fern_plain_token_;
 }
 
+/* The caller of a mutex or condition variable operation, read once per
+ * operation (and again after it parks: a green thread may resume on another
+ * worker). Kept to two loads: the rest is derived where it is needed. */
+struct caller {
+    struct worker *w; /* its worker, or NULL for a plain thread */
+    uint32_t tag;     /* its worker's bias tag, 0 if it owns no bias slot */
+};
+static inline void caller_get(struct caller *c)
+{
+    c->w = worker_self();
+    c->tag = c->w ? c->w->bias_tag : 0;
+}
+/* The green thread, or NULL. */
+static inline fern_thread *caller_thread(const struct caller *c)
+{
+    return c->w && c->w->cur != &c->w->g0 ? c->w->cur : NULL;
+}
+/* The ownership token (as self_token). */
+static inline void *caller_self(const struct caller *c)
+{
+    fern_thread *t = caller_thread(c);
+    return t ? (void *)t : (void *)&fern_plain_token_;
+}
+
 /* An operation on biasable objects (mutex, condition variable) starts with
  * bias_enter for each (bias_enter2 for two) and ends with bias_end, or, if it
  * parks, when waiter_wait's post-switch action clears the busy flag. Returns
  * true for plain mode: the object is biased to the caller's worker, and its
  * fields are read and written without locked instructions (see bias.c). */
-static inline uint32_t bias_begin(void)
+static inline void bias_begin(const struct caller *c)
 {
-    struct worker *w = worker_self();
-    uint32_t tag = w ? w->bias_tag : 0;
-    if (tag) {
-        STORE_RELAXED(&bias_slots[tag >> 2].busy, 1);
+    if (c->tag) {
+        STORE_RELAXED(c->w->bias_busy, 1);
         __atomic_signal_fence(__ATOMIC_SEQ_CST); /* the store before the loads of bias_ */
     }
-    return tag;
 }
-static inline void bias_end(uint32_t tag)
+static inline void bias_end(const struct caller *c)
 {
-    if (tag)
-        STORE(&bias_slots[tag >> 2].busy, 0);
+    if (c->tag)
+        STORE(c->w->bias_busy, 0);
 }
 /* 1 plain, 0 shared, -1 to be settled. */
 static inline int bias_mode(uint32_t *bias, uint32_t tag)
@@ -503,31 +525,30 @@ static inline int bias_mode(uint32_t *bias, uint32_t tag)
         return 0;
     return tag && b == tag ? 1 : -1;
 }
-static inline bool bias_enter(uint32_t *bias, uint32_t *tagp)
+static inline bool bias_enter(uint32_t *bias, const struct caller *c)
 {
     for (;;) {
-        uint32_t tag = bias_begin();
-        int mode = bias_mode(bias, tag);
-        if (likely(mode >= 0)) {
-            *tagp = tag;
+        bias_begin(c);
+        int mode = bias_mode(bias, c->tag);
+        if (likely(mode >= 0))
             return mode;
-        }
-        bias_end(tag);
-        bias_settle(bias, tag);
+        bias_end(c);
+        bias_settle(bias, c->tag);
     }
 }
-static inline uint32_t bias_enter2(uint32_t *b1, bool *plain1, uint32_t *b2, bool *plain2)
+static inline void bias_enter2(uint32_t *b1, bool *plain1, uint32_t *b2, bool *plain2,
+                               const struct caller *c)
 {
     for (;;) {
-        uint32_t tag = bias_begin();
-        int m1 = bias_mode(b1, tag), m2 = bias_mode(b2, tag);
+        bias_begin(c);
+        int m1 = bias_mode(b1, c->tag), m2 = bias_mode(b2, c->tag);
         if (likely(m1 >= 0 && m2 >= 0)) {
             *plain1 = m1;
             *plain2 = m2;
-            return tag;
+            return;
         }
-        bias_end(tag);
-        bias_settle(m1 < 0 ? b1 : b2, tag);
+        bias_end(c);
+        bias_settle(m1 < 0 ? b1 : b2, c->tag);
     }
 }
 /* The busy flag of the worker w, cleared once a plain-mode operation that
@@ -535,7 +556,7 @@ static inline uint32_t bias_enter2(uint32_t *b1, bool *plain1, uint32_t *b2, boo
 static inline void bias_idle(struct worker *w)
 {
     if (w->bias_tag)
-        STORE(&bias_slots[w->bias_tag >> 2].busy, 0);
+        STORE(w->bias_busy, 0);
 }
 int cluster_start(struct fern_cluster **out, unsigned nworkers);
 void cluster_stop(struct fern_cluster *c);

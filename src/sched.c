@@ -772,6 +772,7 @@ int cluster_start(struct fern_cluster **out, unsigned n)
         w->index = i;
         w->alone = n == 1;
         w->bias_tag = n == 1 ? bias_slot_take() << 2 : 0;
+        w->bias_busy = &bias_slots[w->bias_tag >> 2].busy;
         w->g0.alloc = A_LIVE;
         c->workers[i] = w;
     }

@@ -38,14 +38,15 @@
  */
 #include "internal.h"
 
-static void wait_note(const char *what, const void *obj)
+static inline void wait_note_t(fern_thread *t, const char *what, const void *obj)
 {
-    fern_thread *t = thread_current();
     if (t) {
         STORE_RELAXED(&t->wait_what, what);
         STORE_RELAXED(&t->wait_obj, obj);
     }
 }
+
+static void wait_note(const char *what, const void *obj) { wait_note_t(thread_current(), what, obj); }
 
 /* The common wait: queue the caller on q (the caller holds *lock), park or
  * block until woken or the deadline (the lock is released once parked),
@@ -125,21 +126,25 @@ int fern_mutex_destroy(fern_mutex *m)
 {
     if (!m)
         return EINVAL;
-    uint32_t tag;
-    bool plain = bias_enter(&m->bias_, &tag);
+    struct caller me;
+    caller_get(&me);
+    bool plain = bias_enter(&m->bias_, &me);
     int r = LOAD(&m->state_) != 0 ? EBUSY : queue_busy_p(plain, &m->lock_, &m->waiters_);
-    bias_end(tag);
+    bias_end(&me);
     return r;
 }
 
 #define STARVE_NS 1000000 /* a waiter queued this long turns on hand-off */
 
-static int mutex_lock_slow(fern_mutex *m, int64_t deadline, void *self)
+static __attribute__((noinline)) int mutex_lock_slow(fern_mutex *m, int64_t deadline)
 {
+    struct caller mine, *me = &mine;
+    caller_get(me);
+    void *self = caller_self(me); /* the same after a park */
+    fern_thread *t = caller_thread(me);
     if (LOAD_RELAXED(&m->owner_) == self)
         return EDEADLK;
-    uint32_t tag;
-    bool plain = bias_enter(&m->bias_, &tag);
+    bool plain = bias_enter(&m->bias_, me);
     /* Spin briefly before parking (as Go's mutex does) when the holder can
      * be running elsewhere: a critical section is often shorter than a park
      * and a wake-up. Not in hand-off mode (no barging then), and not when
@@ -153,7 +158,7 @@ static int mutex_lock_slow(fern_mutex *m, int64_t deadline, void *self)
             uint32_t z = 0;
             if (LOAD_RELAXED(&m->state_) == 0 && CAS(&m->state_, &z, 1)) {
                 STORE_RELAXED(&m->owner_, self);
-                bias_end(tag);
+                bias_end(me);
                 return 0;
             }
         }
@@ -164,7 +169,7 @@ static int mutex_lock_slow(fern_mutex *m, int64_t deadline, void *self)
             break;
         int64_t now = fern_now_ns();
         if (deadline != FERN_FOREVER && now >= deadline) {
-            bias_end(tag);
+            bias_end(me);
             return ETIMEDOUT;
         }
         if (!since)
@@ -185,12 +190,13 @@ static int mutex_lock_slow(fern_mutex *m, int64_t deadline, void *self)
         } else {
             waitq_push(&m->waiters_, &wt);
         }
-        wait_note("mutex", m);
+        wait_note_t(t, "mutex", m);
         /* Ends the operation: lock_ and the bias busy flag are released
          * once this thread is off its stack. */
         int st = waiter_wait(&wt, plain ? NULL : &m->lock_, deadline);
-        wait_note(NULL, NULL);
-        plain = bias_enter(&m->bias_, &tag); /* the bias may have been revoked meanwhile */
+        wait_note_t(t, NULL, NULL);
+        caller_get(me);                   /* maybe on another worker now */
+        plain = bias_enter(&m->bias_, me); /* and the bias maybe revoked */
         if (st == W_TIMEDOUT) {
             qlock(plain, &m->lock_);
             waitq_unlink(&wt);
@@ -198,31 +204,31 @@ static int mutex_lock_slow(fern_mutex *m, int64_t deadline, void *self)
             /* The deadline passed, but the mutex may be free right now. */
             if (xchg_p(plain, &m->state_, 2) == 0)
                 break;
-            bias_end(tag);
+            bias_end(me);
             return ETIMEDOUT;
         }
         if (wt.p->result == 1) {
-            bias_end(tag);
+            bias_end(me);
             return 0; /* handed over: unlock made us the owner */
         }
     }
     STORE_RELAXED(&m->owner_, self);
-    bias_end(tag);
+    bias_end(me);
     return 0;
 }
 
 static inline int mutex_lock(fern_mutex *m, int64_t deadline)
 {
-    void *self = self_token();
-    uint32_t tag;
-    bool plain = bias_enter(&m->bias_, &tag);
+    struct caller me;
+    caller_get(&me);
+    bool plain = bias_enter(&m->bias_, &me);
     if (likely(cas_p(plain, &m->state_, 0, 1))) {
-        STORE_RELAXED(&m->owner_, self);
-        bias_end(tag);
+        STORE_RELAXED(&m->owner_, caller_self(&me));
+        bias_end(&me);
         return 0;
     }
-    bias_end(tag);
-    return mutex_lock_slow(m, deadline, self);
+    bias_end(&me);
+    return mutex_lock_slow(m, deadline);
 }
 
 int fern_mutex_lock(fern_mutex *m)
@@ -243,14 +249,15 @@ int fern_mutex_trylock(fern_mutex *m)
 {
     if (!m)
         return EINVAL;
-    uint32_t tag;
-    bool plain = bias_enter(&m->bias_, &tag);
+    struct caller me;
+    caller_get(&me);
+    bool plain = bias_enter(&m->bias_, &me);
     int r = EBUSY;
     if (cas_p(plain, &m->state_, 0, 1)) {
-        STORE_RELAXED(&m->owner_, self_token());
+        STORE_RELAXED(&m->owner_, caller_self(&me));
         r = 0;
     }
-    bias_end(tag);
+    bias_end(&me);
     return r;
 }
 
@@ -286,7 +293,7 @@ static bool mutex_handoff(fern_mutex *m, bool plain)
 }
 
 /* Unlock for the caller self, inside an operation on m in the given mode. */
-static int mutex_release(fern_mutex *m, bool plain, void *self)
+static inline int mutex_release(fern_mutex *m, bool plain, void *self)
 {
     if (LOAD_RELAXED(&m->owner_) != self)
         return EPERM;
@@ -299,9 +306,21 @@ static int mutex_release(fern_mutex *m, bool plain, void *self)
     /* A waiter still asleep in the queue can be starving too: then the next
      * unlock hands over, whoever barges in now. */
     struct waiter *head = m->waiters_.head;
-    if (head && fern_now_ns() - head->since > STARVE_NS)
+    if (head && !head->heir && fern_now_ns() - head->since > STARVE_NS)
         STORE_RELAXED(&m->handoff_, 1);
-    struct waiter *wt = waitq_claim_one(&m->waiters_);
+    /* Wake the first waiter that can still be won, to compete again. Not an
+     * heir: the mutex was free from our exchange until here, and whoever
+     * took it may have broadcast and queued heirs, which its own unlock
+     * hands the mutex to. */
+    struct waiter *wt, *next;
+    for (wt = m->waiters_.head; wt; wt = next) {
+        next = wt->next;
+        if (wt->heir)
+            continue;
+        waitq_unlink(wt);
+        if (waiter_claim(wt))
+            break;
+    }
     qunlock(plain, &m->lock_);
     if (wt)
         waiter_release(wt, 0);
@@ -312,10 +331,11 @@ int fern_mutex_unlock(fern_mutex *m)
 {
     if (!m)
         return EINVAL;
-    uint32_t tag;
-    bool plain = bias_enter(&m->bias_, &tag);
-    int r = mutex_release(m, plain, self_token());
-    bias_end(tag);
+    struct caller me;
+    caller_get(&me);
+    bool plain = bias_enter(&m->bias_, &me);
+    int r = mutex_release(m, plain, caller_self(&me));
+    bias_end(&me);
     return r;
 }
 
@@ -331,10 +351,11 @@ int fern_cond_destroy(fern_cond *c)
 {
     if (!c)
         return EINVAL;
-    uint32_t tag;
-    bool plain = bias_enter(&c->bias_, &tag);
+    struct caller me;
+    caller_get(&me);
+    bool plain = bias_enter(&c->bias_, &me);
     int r = queue_busy_p(plain, &c->lock_, &c->waiters_);
-    bias_end(tag);
+    bias_end(&me);
     return r;
 }
 
@@ -342,11 +363,14 @@ int fern_cond_timedwait(fern_cond *c, fern_mutex *m, int64_t deadline_ns)
 {
     if (!c || !m || deadline_ns < 0)
         return EINVAL;
-    void *self = self_token();
+    struct caller me;
+    caller_get(&me);
+    void *self = caller_self(&me); /* the same after the park */
+    fern_thread *t = caller_thread(&me);
     bool pc, pm;
-    uint32_t tag = bias_enter2(&c->bias_, &pc, &m->bias_, &pm);
+    bias_enter2(&c->bias_, &pc, &m->bias_, &pm, &me);
     if (LOAD_RELAXED(&m->owner_) != self) {
-        bias_end(tag);
+        bias_end(&me);
         return EPERM;
     }
     qlock(pc, &c->lock_);
@@ -359,15 +383,16 @@ int fern_cond_timedwait(fern_cond *c, fern_mutex *m, int64_t deadline_ns)
     wt.data = m; /* a broadcast may move us onto m's queue */
     waitq_push(&c->waiters_, &wt);
     mutex_release(m, pm, self);
-    wait_note("cond", c);
+    wait_note_t(t, "cond", c);
     int st = waiter_wait(&wt, pc ? NULL : &c->lock_, deadline_ns); /* ends the operation */
-    wait_note(NULL, NULL);
+    wait_note_t(t, NULL, NULL);
     if (st == W_TIMEDOUT) {
-        pc = bias_enter(&c->bias_, &tag);
+        caller_get(&me);
+        pc = bias_enter(&c->bias_, &me);
         qlock(pc, &c->lock_);
         waitq_unlink(&wt);
         qunlock(pc, &c->lock_);
-        bias_end(tag);
+        bias_end(&me);
     } else if (wt.p->result == 1) {
         return 0; /* moved to m by a broadcast and handed m: we own it */
     }
@@ -384,12 +409,13 @@ int fern_cond_signal(fern_cond *c)
 {
     if (!c)
         return EINVAL;
-    uint32_t tag;
-    bool plain = bias_enter(&c->bias_, &tag);
+    struct caller me;
+    caller_get(&me);
+    bool plain = bias_enter(&c->bias_, &me);
     qlock(plain, &c->lock_);
     struct waiter *wt = waitq_claim_one(&c->waiters_);
     qunlock(plain, &c->lock_);
-    bias_end(tag);
+    bias_end(&me);
     if (wt)
         waiter_release(wt, 0);
     return 0;
@@ -407,9 +433,9 @@ int fern_cond_broadcast(fern_cond *c)
      * The mutex must be usable in this operation without settling its bias
      * (that cannot happen mid-operation); if it is not, its waiters are
      * simply woken. */
-    uint32_t tag;
-    bool plain = bias_enter(&c->bias_, &tag);
-    void *self = self_token();
+    struct caller me;
+    caller_get(&me);
+    bool plain = bias_enter(&c->bias_, &me);
     fern_mutex *m = NULL;
     bool looked = false, pm = false;
     struct waiter *rest = NULL, **rt = &rest, *wt;
@@ -417,9 +443,9 @@ int fern_cond_broadcast(fern_cond *c)
     qlock(plain, &c->lock_);
     while ((wt = waitq_claim_one(&c->waiters_)) != NULL) {
         fern_mutex *wm = wt->data;
-        if (!looked && LOAD_RELAXED(&wm->owner_) == self) {
+        if (!looked && LOAD_RELAXED(&wm->owner_) == caller_self(&me)) {
             looked = true;
-            int mode = bias_mode(&wm->bias_, tag);
+            int mode = bias_mode(&wm->bias_, me.tag);
             if (mode >= 0) {
                 m = wm;
                 pm = mode;
@@ -444,7 +470,7 @@ int fern_cond_broadcast(fern_cond *c)
         qunlock(pm, &m->lock_);
     }
     qunlock(plain, &c->lock_);
-    bias_end(tag);
+    bias_end(&me);
     waiters_release(rest, 0);
     return 0;
 }
