@@ -125,7 +125,7 @@ static inline void copy_out(fern_chan *ch, void *dst, const void *src)
 
 /* Under the lock: try to send now. Returns 0 (sent), EPIPE (closed) or
  * EAGAIN (would wait). *wake is a claimed receiver to release after unlock. */
-static int try_send_locked(fern_chan *ch, const void *elem, struct waiter **wake)
+static inline __attribute__((always_inline)) int try_send_locked(fern_chan *ch, const void *elem, struct waiter **wake)
 {
     if (ch->closed)
         return EPIPE;
@@ -145,7 +145,7 @@ static int try_send_locked(fern_chan *ch, const void *elem, struct waiter **wake
 
 /* Under the lock: try to receive now. Returns 0, EPIPE (closed and drained)
  * or EAGAIN. *wake is a claimed sender to release after unlock. */
-static int try_recv_locked(fern_chan *ch, void *elem, struct waiter **wake)
+static inline __attribute__((always_inline)) int try_recv_locked(fern_chan *ch, void *elem, struct waiter **wake)
 {
     if (ch->count > 0) {
         copy_out(ch, elem, slot(ch, ch->head));
