@@ -150,8 +150,7 @@ static __attribute__((noinline)) int mutex_lock_slow(fern_mutex *m, int64_t dead
      * and a wake-up. Not in hand-off mode (no barging then), and not when
      * this worker is its cluster's only one: the holder would need it (a
      * biased mutex is only used by one such worker). */
-    struct worker *w = worker_self();
-    if (!plain && !LOAD_RELAXED(&m->handoff_) && (!w || w->cluster->nworkers > 1)) {
+    if (!plain && !LOAD_RELAXED(&m->handoff_) && (!me->w || me->w->cluster->nworkers > 1)) {
         for (int round = 0; round < 4; round++) {
             for (int k = 0; k < 30; k++)
                 __builtin_ia32_pause();
@@ -261,24 +260,36 @@ int fern_mutex_trylock(fern_mutex *m)
     return r;
 }
 
+/* Under m's queue lock: unlink and return the first waiter to give the
+ * mutex to (heirs too) or to wake (heirs left queued), or NULL. Heirs are won
+ * already, so a claim would fail on them; other waiters must be won, and one
+ * whose timed lock expired is dropped (it unlinks itself, finding itself
+ * gone). */
+static struct waiter *mutex_next_waiter(fern_mutex *m, bool heirs_too)
+{
+    struct waiter *wt, *next;
+    for (wt = m->waiters_.head; wt; wt = next) {
+        next = wt->next;
+        if (wt->heir) {
+            if (!heirs_too)
+                continue;
+            waitq_unlink(wt);
+            m->heirs_--;
+            return wt;
+        }
+        waitq_unlink(wt);
+        if (waiter_claim(wt))
+            return wt;
+    }
+    return NULL;
+}
+
 /* Hand-off mode: pass the mutex, still locked, to the first waiter we win
- * (an heir is won already). Hand-off continues while heirs are queued. */
+ * or the first heir. Hand-off continues while heirs are queued. */
 static bool mutex_handoff(fern_mutex *m, bool plain)
 {
     qlock(plain, &m->lock_);
-    /* Heirs are won already (a claim would fail on them); other waiters
-     * must be won, and one whose timed lock expired is dropped (it unlinks
-     * itself, finding itself gone). */
-    struct waiter *wt;
-    while ((wt = m->waiters_.head) != NULL) {
-        waitq_unlink(wt);
-        if (wt->heir) {
-            m->heirs_--;
-            break;
-        }
-        if (waiter_claim(wt))
-            break;
-    }
+    struct waiter *wt = mutex_next_waiter(m, true);
     if (!wt) {
         STORE_RELAXED(&m->handoff_, 0);
         qunlock(plain, &m->lock_);
@@ -312,15 +323,7 @@ static inline int mutex_release(fern_mutex *m, bool plain, void *self)
      * heir: the mutex was free from our exchange until here, and whoever
      * took it may have broadcast and queued heirs, which its own unlock
      * hands the mutex to. */
-    struct waiter *wt, *next;
-    for (wt = m->waiters_.head; wt; wt = next) {
-        next = wt->next;
-        if (wt->heir)
-            continue;
-        waitq_unlink(wt);
-        if (waiter_claim(wt))
-            break;
-    }
+    struct waiter *wt = mutex_next_waiter(m, false);
     qunlock(plain, &m->lock_);
     if (wt)
         waiter_release(wt, 0);
@@ -435,6 +438,7 @@ int fern_cond_broadcast(fern_cond *c)
      * simply woken. */
     struct caller me;
     caller_get(&me);
+    void *self = caller_self(&me);
     bool plain = bias_enter(&c->bias_, &me);
     fern_mutex *m = NULL;
     bool looked = false, pm = false;
@@ -443,7 +447,7 @@ int fern_cond_broadcast(fern_cond *c)
     qlock(plain, &c->lock_);
     while ((wt = waitq_claim_one(&c->waiters_)) != NULL) {
         fern_mutex *wm = wt->data;
-        if (!looked && LOAD_RELAXED(&wm->owner_) == caller_self(&me)) {
+        if (!looked && LOAD_RELAXED(&wm->owner_) == self) {
             looked = true;
             int mode = bias_mode(&wm->bias_, me.tag);
             if (mode >= 0) {
