@@ -104,20 +104,12 @@ void bias_slot_give(uint32_t id)
     if (!id)
         return;
     pthread_mutex_lock(&B.lock);
-    STORE(&bias_slots[id].busy, 0);
+    STORE(bias_busy(id << 2), 0);
     B.used[id] = 0;
     pthread_mutex_unlock(&B.lock);
 }
 
 uint64_t bias_revocations(void) { return LOAD_RELAXED(&B.revocations); }
-
-static void backoff(unsigned *spins)
-{
-    if (++*spins < 128)
-        __builtin_ia32_pause();
-    else
-        sched_yield(); /* the owner was preempted inside an operation */
-}
 
 void bias_settle(uint32_t *bias, uint32_t tag)
 {
@@ -132,7 +124,7 @@ void bias_settle(uint32_t *bias, uint32_t tag)
             continue;
         }
         if (b & BIAS_REVOKING) {
-            backoff(&spins); /* another thread is revoking it */
+            spin_backoff(&spins); /* another thread is revoking it */
             continue;
         }
         if (!CAS(bias, &b, b | BIAS_REVOKING))
@@ -143,9 +135,9 @@ void bias_settle(uint32_t *bias, uint32_t tag)
             fprintf(stderr, "fern: membarrier failed while revoking a bias\n");
             abort();
         }
-        uint32_t *busy = &bias_slots[b >> 2].busy;
+        uint32_t *busy = bias_busy(b & ~BIAS_REVOKING);
         while (LOAD(busy))
-            backoff(&spins);
+            spin_backoff(&spins); /* the owner is inside an operation */
         ADD_RELAXED(&B.revocations, 1);
         STORE(bias, BIAS_SHARED);
         return;

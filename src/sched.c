@@ -751,6 +751,14 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* A worker that has stopped (or never started): its bias slot goes back. */
+static void worker_free(struct worker *w)
+{
+    timers_free(w);
+    bias_slot_give(w->bias_tag >> 2);
+    free(w);
+}
+
 int cluster_start(struct fern_cluster **out, unsigned n)
 {
     struct fern_cluster *c = calloc(1, sizeof *c + n * sizeof(struct worker *));
@@ -760,10 +768,8 @@ int cluster_start(struct fern_cluster **out, unsigned n)
     for (unsigned i = 0; i < n; i++) {
         struct worker *w;
         if (posix_memalign((void **)&w, 64, sizeof *w)) {
-            for (unsigned j = 0; j < i; j++) {
-                bias_slot_give(c->workers[j]->bias_tag >> 2);
-                free(c->workers[j]);
-            }
+            for (unsigned j = 0; j < i; j++)
+                worker_free(c->workers[j]);
             free(c);
             return ENOMEM;
         }
@@ -772,7 +778,7 @@ int cluster_start(struct fern_cluster **out, unsigned n)
         w->index = i;
         w->alone = n == 1;
         w->bias_tag = n == 1 ? bias_slot_take() << 2 : 0;
-        w->bias_busy = &bias_slots[w->bias_tag >> 2].busy;
+        w->bias_busy = bias_busy(w->bias_tag);
         w->g0.alloc = A_LIVE;
         c->workers[i] = w;
     }
@@ -787,10 +793,8 @@ int cluster_start(struct fern_cluster **out, unsigned n)
             cluster_wake_all(c);
             for (unsigned j = 0; j < i; j++)
                 pthread_join(c->workers[j]->os, NULL);
-            for (unsigned j = 0; j < n; j++) {
-                bias_slot_give(c->workers[j]->bias_tag >> 2);
-                free(c->workers[j]);
-            }
+            for (unsigned j = 0; j < n; j++)
+                worker_free(c->workers[j]);
             free(c);
             return EAGAIN;
         }
@@ -841,11 +845,8 @@ void cluster_stop(struct fern_cluster *c)
         rt.retired_unbound += w->n_unbound;
     }
     pthread_mutex_unlock(&rt.boot_lock);
-    for (unsigned i = 0; i < c->nworkers; i++) {
-        timers_free(c->workers[i]);
-        bias_slot_give(c->workers[i]->bias_tag >> 2);
-        free(c->workers[i]);
-    }
+    for (unsigned i = 0; i < c->nworkers; i++)
+        worker_free(c->workers[i]);
     free(c);
 }
 

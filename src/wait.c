@@ -23,16 +23,20 @@
 #include <time.h>
 #include <unistd.h>
 
+void spin_backoff(unsigned *spins)
+{
+    if (++*spins < 256)
+        __builtin_ia32_pause();
+    else
+        sched_yield();
+}
+
 void spin_lock_slow(uint32_t *l)
 {
     unsigned spins = 0;
     for (;;) {
-        while (__atomic_load_n(l, __ATOMIC_RELAXED)) {
-            if (++spins < 256)
-                __builtin_ia32_pause();
-            else
-                sched_yield(); /* the holder was preempted: let it run */
-        }
+        while (__atomic_load_n(l, __ATOMIC_RELAXED))
+            spin_backoff(&spins);
         if (!__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE))
             return;
     }
