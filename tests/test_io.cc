@@ -2012,41 +2012,59 @@ TEST(IoShort, QueuedDatagramsAllReadWithoutWaiting)
     close(q.b);
 }
 
+// The shape of the short-read tests below: a TCP pair whose reading end p.b
+// has a 5 s deadline (a read that wrongly waits fails the test instead of
+// hanging it), then body(p, dispatched_first) on a green thread, once with
+// the poller dispatching the writes' edges before the reads and once not;
+// then both ends are closed (p.a unless the body closed it and set it to -1).
+template <class F> void each_dispatch_order(F body)
+{
+    for (int dispatched_first = 0; dispatched_first < 2; dispatched_first++) {
+        Pair p = tcp_pair();
+        ASSERT_EQ(0, run_green([&] {
+                      ASSERT_EQ(0, fern_fd_set_deadline(p.b, fern_now_ns() + 5000 * kMs,
+                                                        FERN_FOREVER));
+                      body(p, dispatched_first != 0);
+                  }));
+        if (p.a >= 0)
+            close(p.a);
+        EXPECT_EQ(0, fern_close(p.b));
+    }
+}
+
+// Written data has arrived: dispatch its edge now, or let it wait (the read
+// then comes before the poller sees it).
+void arrive(bool dispatched_first)
+{
+    if (dispatched_first)
+        let_poller_dispatch();
+    else
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+}
+
 // Data then FIN: the read after the short read returns 0 at once, whether
 // the FIN's edge was dispatched before the short read or after it.
 TEST(IoShort, EofAfterShortReadReturnsZeroPromptly)
 {
     Watchdog wd(60);
-    for (int dispatched_first = 0; dispatched_first < 2; dispatched_first++) {
-        for (int how = 0; how < 2; how++) { // close / shutdown(SHUT_WR)
-            Pair p = tcp_pair();
-            ASSERT_EQ(0, run_green([&] {
-                          ASSERT_EQ(0, fern_fd_set_deadline(p.b, fern_now_ns() + 5000 * kMs,
-                                                            FERN_FOREVER));
-                          ASSERT_EQ(10, write(p.a, "0123456789", 10));
-                          if (how == 0) {
-                              close(p.a);
-                              p.a = -1;
-                          } else {
-                              shutdown(p.a, SHUT_WR);
-                          }
-                          if (dispatched_first)
-                              let_poller_dispatch();
-                          else
-                              std::this_thread::sleep_for(std::chrono::milliseconds(50));
-                          char buf[100];
-                          int64_t t0 = fern_now_ns();
-                          EXPECT_EQ(10, fern_read(p.b, buf, sizeof buf));
-                          EXPECT_EQ(0, fern_read(p.b, buf, sizeof buf)) << strerror(get_errno());
-                          EXPECT_EQ(0, fern_recv(p.b, buf, sizeof buf, 0)) << "EOF stays";
-                          EXPECT_LT(fern_now_ns() - t0, 1000 * kMs)
-                              << "EOF waited (dispatched_first " << dispatched_first << ", how "
-                              << how << ")";
-                      }));
-            if (p.a >= 0)
+    for (int how = 0; how < 2; how++) { // close / shutdown(SHUT_WR)
+        each_dispatch_order([&](Pair &p, bool dispatched_first) {
+            ASSERT_EQ(10, write(p.a, "0123456789", 10));
+            if (how == 0) {
                 close(p.a);
-            EXPECT_EQ(0, fern_close(p.b));
-        }
+                p.a = -1;
+            } else {
+                shutdown(p.a, SHUT_WR);
+            }
+            arrive(dispatched_first);
+            char buf[100];
+            int64_t t0 = fern_now_ns();
+            EXPECT_EQ(10, fern_read(p.b, buf, sizeof buf));
+            EXPECT_EQ(0, fern_read(p.b, buf, sizeof buf)) << strerror(get_errno());
+            EXPECT_EQ(0, fern_recv(p.b, buf, sizeof buf, 0)) << "EOF stays";
+            EXPECT_LT(fern_now_ns() - t0, 1000 * kMs)
+                << "EOF waited (dispatched_first " << dispatched_first << ", how " << how << ")";
+        });
     }
 }
 
@@ -2054,35 +2072,28 @@ TEST(IoShort, EofAfterShortReadReturnsZeroPromptly)
 TEST(IoShort, ShortPeekIsNotDraining)
 {
     Watchdog wd(60);
-    for (int dispatched_first = 0; dispatched_first < 2; dispatched_first++) {
-        Pair p = tcp_pair();
-        ASSERT_EQ(
-            0, run_green([&] {
-                ASSERT_EQ(0, fern_fd_set_deadline(p.b, fern_now_ns() + 5000 * kMs, FERN_FOREVER));
-                ASSERT_EQ(10, write(p.a, "0123456789", 10));
-                if (dispatched_first)
-                    let_poller_dispatch();
-                char buf[100] = {};
-                int64_t t0 = fern_now_ns();
-                EXPECT_EQ(10, fern_recv(p.b, buf, sizeof buf, MSG_PEEK));
-                EXPECT_EQ(10, fern_read(p.b, buf, sizeof buf)) << strerror(get_errno());
-                EXPECT_EQ(std::string("0123456789"), std::string(buf, 10));
-                EXPECT_LT(fern_now_ns() - t0, 1000 * kMs) << "the read after a short peek waited";
-                // A peek through recvmsg, too.
-                ASSERT_EQ(4, write(p.a, "abcd", 4));
-                let_poller_dispatch();
-                iovec iov = {buf, sizeof buf};
-                msghdr m{};
-                m.msg_iov = &iov;
-                m.msg_iovlen = 1;
-                t0 = fern_now_ns();
-                EXPECT_EQ(4, fern_recvmsg(p.b, &m, MSG_PEEK));
-                EXPECT_EQ(4, fern_read(p.b, buf, sizeof buf));
-                EXPECT_LT(fern_now_ns() - t0, 1000 * kMs);
-            }));
-        close(p.a);
-        EXPECT_EQ(0, fern_close(p.b));
-    }
+    each_dispatch_order([](Pair &p, bool dispatched_first) {
+        ASSERT_EQ(10, write(p.a, "0123456789", 10));
+        if (dispatched_first)
+            let_poller_dispatch();
+        char buf[100] = {};
+        int64_t t0 = fern_now_ns();
+        EXPECT_EQ(10, fern_recv(p.b, buf, sizeof buf, MSG_PEEK));
+        EXPECT_EQ(10, fern_read(p.b, buf, sizeof buf)) << strerror(get_errno());
+        EXPECT_EQ(std::string("0123456789"), std::string(buf, 10));
+        EXPECT_LT(fern_now_ns() - t0, 1000 * kMs) << "the read after a short peek waited";
+        // A peek through recvmsg, too.
+        ASSERT_EQ(4, write(p.a, "abcd", 4));
+        let_poller_dispatch();
+        iovec iov = {buf, sizeof buf};
+        msghdr m{};
+        m.msg_iov = &iov;
+        m.msg_iovlen = 1;
+        t0 = fern_now_ns();
+        EXPECT_EQ(4, fern_recvmsg(p.b, &m, MSG_PEEK));
+        EXPECT_EQ(4, fern_read(p.b, buf, sizeof buf));
+        EXPECT_LT(fern_now_ns() - t0, 1000 * kMs);
+    });
 }
 
 // TCP stops a read at the urgent mark with data behind it: the read after
@@ -2090,33 +2101,22 @@ TEST(IoShort, ShortPeekIsNotDraining)
 TEST(IoShort, UrgentMarkShortReadDoesNotWait)
 {
     Watchdog wd(60);
-    for (int dispatched_first = 0; dispatched_first < 2; dispatched_first++) {
-        Pair p = tcp_pair();
-        ASSERT_EQ(0, run_green([&] {
-                      ASSERT_EQ(
-                          0, fern_fd_set_deadline(p.b, fern_now_ns() + 5000 * kMs, FERN_FOREVER));
-                      ASSERT_EQ(4, send(p.a, "xxxx", 4, 0));
-                      ASSERT_EQ(1, send(p.a, "U", 1, MSG_OOB));
-                      ASSERT_EQ(4, send(p.a, "yyyy", 4, 0));
-                      if (dispatched_first)
-                          let_poller_dispatch();
-                      else
-                          std::this_thread::sleep_for(std::chrono::milliseconds(50));
-                      char buf[100];
-                      int64_t t0 = fern_now_ns();
-                      size_t got = 0;
-                      while (got < 8) {
-                          ssize_t r = fern_read(p.b, buf, sizeof buf);
-                          ASSERT_GT(r, 0) << strerror(get_errno());
-                          got += (size_t)r;
-                      }
-                      EXPECT_EQ(8u, got);
-                      EXPECT_LT(fern_now_ns() - t0, 1000 * kMs)
-                          << "the read after the urgent mark waited";
-                  }));
-        close(p.a);
-        EXPECT_EQ(0, fern_close(p.b));
-    }
+    each_dispatch_order([](Pair &p, bool dispatched_first) {
+        ASSERT_EQ(4, send(p.a, "xxxx", 4, 0));
+        ASSERT_EQ(1, send(p.a, "U", 1, MSG_OOB));
+        ASSERT_EQ(4, send(p.a, "yyyy", 4, 0));
+        arrive(dispatched_first);
+        char buf[100];
+        int64_t t0 = fern_now_ns();
+        size_t got = 0;
+        while (got < 8) {
+            ssize_t r = fern_read(p.b, buf, sizeof buf);
+            ASSERT_GT(r, 0) << strerror(get_errno());
+            got += (size_t)r;
+        }
+        EXPECT_EQ(8u, got);
+        EXPECT_LT(fern_now_ns() - t0, 1000 * kMs) << "the read after the urgent mark waited";
+    });
 }
 
 // AF_UNIX stream reads stop after a message that carried SCM_RIGHTS, with
