@@ -139,7 +139,6 @@ int fern_stats(struct fern_stats *s)
     if (!s || !LOAD(&rt.running))
         return EINVAL;
     memset(s, 0, sizeof *s);
-    s->migrations = LOAD_RELAXED(&rt.migrations);
     s->bias_revocations = bias_revocations();
     sched_stats(s);
     stack_stats(s);

@@ -397,6 +397,7 @@ struct worker {
     struct stack_cache stacks[STACK_CLASSES];
     /* counters, written by the owner, read relaxed by fern_stats */
     uint64_t n_switches, n_steals, n_sleeps;
+    uint64_t n_migrations;          /* fern_migrate calls that moved, from here */
     uint64_t n_spawned, n_exited;   /* threads spawned / ended on this worker */
     uint64_t n_bound, n_unbound;    /* stacks bound / released here */
     int64_t live_delta;             /* cluster's threads gained here (see cluster_live) */
@@ -428,10 +429,11 @@ struct runtime {
     struct fern_cluster *clusters;   /* list, under boot_lock */
     size_t default_stack;
     uint64_t next_id;
-    uint64_t migrations;
     uint64_t spawned_ext;       /* spawned from plain threads / other clusters */
-    /* counters of workers that were stopped */
+    /* counters of workers that were stopped (under boot_lock); migrations
+     * is never reset: fern_stats counts them since the process started */
     uint64_t retired_spawned, retired_exited, retired_bound, retired_unbound;
+    uint64_t migrations;
     /* descriptor chunks */
     uint32_t chunk_lock;
     struct thread_chunk *chunks;

@@ -603,7 +603,9 @@ int fern_migrate(fern_cluster *c)
     struct worker *w = worker_self();
     COUNT(&w->live_delta, -1);
     self->cluster = c;
-    ADD_RELAXED(&rt.migrations, 1);
+    /* Per worker: a shared counter cost every migration a contended
+     * cache line. */
+    COUNT(&w->n_migrations, 1);
     sched_park(after_migrate, c);
     return 0;
 }
@@ -843,6 +845,7 @@ void cluster_stop(struct fern_cluster *c)
         rt.retired_exited += w->n_exited;
         rt.retired_bound += w->n_bound;
         rt.retired_unbound += w->n_unbound;
+        rt.migrations += w->n_migrations;
     }
     pthread_mutex_unlock(&rt.boot_lock);
     for (unsigned i = 0; i < c->nworkers; i++)
@@ -994,6 +997,7 @@ void sched_stats(struct fern_stats *s)
     exited = rt.retired_exited;
     bound = rt.retired_bound;
     unbound = rt.retired_unbound;
+    s->migrations = rt.migrations;
     for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster) {
         s->clusters++;
         for (unsigned i = 0; i < c->nworkers; i++) {
@@ -1002,6 +1006,7 @@ void sched_stats(struct fern_stats *s)
             s->switches += LOAD_RELAXED(&w->n_switches);
             s->steals += LOAD_RELAXED(&w->n_steals);
             s->worker_sleeps += LOAD_RELAXED(&w->n_sleeps);
+            s->migrations += LOAD_RELAXED(&w->n_migrations);
             spawned += LOAD_RELAXED(&w->n_spawned);
             exited += LOAD_RELAXED(&w->n_exited);
             bound += LOAD_RELAXED(&w->n_bound);

@@ -131,6 +131,9 @@ TEST(Cluster, MigrateBackAndForth) {
     EXPECT_EQ(s0.migrations + MOVES, s1.migrations) << "migrations counts fern_migrate calls that moved";
     EXPECT_EQ(0, fern_cluster_destroy(a));
     EXPECT_EQ(0, fern_cluster_destroy(b));
+    // Counted per worker: those of destroyed clusters' workers stay counted.
+    ASSERT_EQ(0, fern_stats(&s1));
+    EXPECT_EQ(s0.migrations + MOVES, s1.migrations) << "a destroyed cluster's migrations were lost";
 }
 
 // After migrating, the thread really runs on the target cluster's workers.
