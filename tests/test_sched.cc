@@ -186,41 +186,42 @@ TEST(Sched, ManyThreadsOnSeveralWorkersComplete) {
 }
 
 // CPU-bound threads spawned from a plain thread onto a 4-worker cluster end up
-// running on all 4 workers (idle workers are woken and steal).
+// running on all 4 workers (idle workers are woken and steal). Each thread
+// notes its worker, then spins until all 4 have been seen (or 5 s pass): the
+// threads not yet run stay queued until an idle worker takes one, however
+// the kernel schedules the workers. (With each thread spinning a fixed 3 ms
+// instead, a TSan build on 2 CPUs sometimes had three workers absorb all 64
+// as they came, and the fourth never found one queued: 5 runs in 30.)
 TEST(Sched, WorkSpreadsToAllWorkers) {
     fern_cluster *c = nullptr;
     ASSERT_EQ(0, fern_cluster_create(&c, 4));
     std::set<const void *> seen;
+    std::atomic<size_t> nseen{0};
     std::mutex mu;
+    int64_t deadline = 0;
+    auto note_and_spin = [&] {
+        {
+            std::lock_guard<std::mutex> lk(mu);
+            seen.insert(worker_identity());
+            nseen.store(seen.size());
+        }
+        while (nseen.load() < 4 && fern_now_ns() < deadline) {
+        }
+    };
     constexpr int N = 64;
     std::vector<fern_thread *> ts(N);
-    for (int i = 0; i < N; i++)
-        ASSERT_EQ(0, spawn_on(&ts[i], c, [&] {
-            {
-                std::lock_guard<std::mutex> lk(mu);
-                seen.insert(worker_identity());
-            }
-            int64_t end = fern_now_ns() + ms(3);
-            while (fern_now_ns() < end) {
-            }
-        }));
+    deadline = fern_now_ns() + ms(5000);
+    for (int i = 0; i < N; i++) ASSERT_EQ(0, spawn_on(&ts[i], c, note_and_spin));
     for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
     EXPECT_EQ(4u, seen.size()) << "threads ran on only " << seen.size() << " of 4 workers";
     // Also when a green thread spawns them (local queue of one worker).
     seen.clear();
+    nseen.store(0);
+    deadline = fern_now_ns() + ms(5000);
     fern_thread *parent = nullptr;
     ASSERT_EQ(0, spawn_on(&parent, c, [&] {
         std::vector<fern_thread *> kids(N);
-        for (auto &k : kids)
-            EXPECT_EQ(0, spawn(&k, nullptr, [&] {
-                {
-                    std::lock_guard<std::mutex> lk(mu);
-                    seen.insert(worker_identity());
-                }
-                int64_t end = fern_now_ns() + ms(3);
-                while (fern_now_ns() < end) {
-                }
-            }));
+        for (auto &k : kids) EXPECT_EQ(0, spawn(&k, nullptr, note_and_spin));
         for (auto k : kids) EXPECT_EQ(0, fern_join(k, nullptr));
     }));
     ASSERT_EQ(0, fern_join(parent, nullptr));
