@@ -324,8 +324,9 @@ static inline void heir_prefetch(fern_mutex *m, const struct waiter *wt)
             prefetch(n->p->thread);
         if (n->next)
             prefetch_lines(n->next, n->next + 1);
-        if (sp)
-            prefetch_lines((const char *)n - (w - sp), (const char *)n + (top - w));
+        if (sp) /* integers: the guess may lie outside any object */
+            prefetch_lines((const void *)((uintptr_t)n - (uintptr_t)(w - sp)),
+                           (const void *)((uintptr_t)n + (uintptr_t)(top - w)));
     }
 }
 
