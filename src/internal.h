@@ -487,13 +487,11 @@ static inline fern_thread *thread_current(void)
     return w && w->cur != &w->g0 ? w->cur : NULL;
 }
 extern __thread char fern_plain_token_ __attribute__((tls_model("initial-exec"), visibility("hidden")));
-static inline void *self_token(void)
-{
-    fern_thread *t = thread_current();
-    /* Not a green thread: this kernel thread's token. Plain threads never
-     * change kernel thread, so taking a TLS address here is safe. */
-    return t ? (void *)t : (void *)&fern_plain_token_;
-}
+/* The ownership token of green thread t, or of the calling plain thread if
+ * t is NULL. Plain threads never change kernel thread, so taking a TLS
+ * address here is safe. */
+static inline void *token_of(fern_thread *t) { return t ? (void *)t : (void *)&fern_plain_token_; }
+static inline void *self_token(void) { return token_of(thread_current()); }
 
 /* The caller of a mutex or condition variable operation, read once per
  * operation (and again after it parks: a green thread may resume on another
@@ -513,11 +511,7 @@ static inline fern_thread *caller_thread(const struct caller *c)
     return c->w && c->w->cur != &c->w->g0 ? c->w->cur : NULL;
 }
 /* The ownership token (as self_token). */
-static inline void *caller_self(const struct caller *c)
-{
-    fern_thread *t = caller_thread(c);
-    return t ? (void *)t : (void *)&fern_plain_token_;
-}
+static inline void *caller_self(const struct caller *c) { return token_of(caller_thread(c)); }
 
 /* An operation on biasable objects (mutex, condition variable) starts with
  * bias_enter for each (bias_enter2 for two) and ends with bias_end, or, if it
