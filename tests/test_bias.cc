@@ -42,6 +42,14 @@ struct Cluster {
     ~Cluster() { EXPECT_EQ(0, fern_cluster_destroy(c)); }
 };
 
+// Join both threads, then both objects must be free to destroy.
+void join_and_destroy(fern_thread *x, fern_thread *y, fern_cond *c, fern_mutex *m) {
+    ASSERT_EQ(0, fern_join(x, nullptr));
+    ASSERT_EQ(0, fern_join(y, nullptr));
+    EXPECT_EQ(0, fern_cond_destroy(c));
+    EXPECT_EQ(0, fern_mutex_destroy(m));
+}
+
 // Producer/consumer on one slot with a mutex and two condition variables,
 // all on one one-worker cluster: plain mode throughout, no revocation.
 TEST(Bias, ProdConsOnOneWorkerNeedsNoRevocation) {
@@ -227,10 +235,7 @@ TEST(Bias, TwoOneWorkerClustersPingPong) {
         fern_thread *x = nullptr, *y = nullptr;
         ASSERT_EQ(0, spawn_on(&x, a.c, [&] { player(0); }));
         ASSERT_EQ(0, spawn_on(&y, b.c, [&] { player(1); }));
-        ASSERT_EQ(0, fern_join(x, nullptr));
-        ASSERT_EQ(0, fern_join(y, nullptr));
-        EXPECT_EQ(0, fern_cond_destroy(&c));
-        EXPECT_EQ(0, fern_mutex_destroy(&m));
+        join_and_destroy(x, y, &c, &m);
     }
 }
 
@@ -294,10 +299,7 @@ TEST(Bias, ErrorsInPlainMode) {
         EXPECT_EQ(0, fern_mutex_unlock(&m));
         EXPECT_EQ(EPERM, fern_mutex_unlock(&m));
     }));
-    ASSERT_EQ(0, fern_join(holder, nullptr));
-    ASSERT_EQ(0, fern_join(other, nullptr));
-    EXPECT_EQ(0, fern_cond_destroy(&c));
-    EXPECT_EQ(0, fern_mutex_destroy(&m));
+    join_and_destroy(holder, other, &c, &m);
 }
 
 // Many objects, three one-worker clusters and plain threads: each object is

@@ -249,6 +249,17 @@ TEST(StackDeathTest, OverflowCaughtWithOneGuardCallPerStack) {
 
 void *noop(void *arg) { return arg; }
 
+// Poll, from a plain thread, until *count (guarded by m) reaches n.
+template <class T> void wait_for_count(fern_mutex *m, const T *count, T n, int poll_ms) {
+    for (;;) {
+        fern_mutex_lock(m);
+        T now = *count;
+        fern_mutex_unlock(m);
+        if (now == n) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(poll_ms));
+    }
+}
+
 TEST(Stack, StacksReusedAcrossSequentialThreads) {
     ASSERT_EQ(0, fern_run(noop, nullptr, nullptr));
     struct fern_stats s0, s1;
@@ -334,13 +345,7 @@ TEST(Stack, HundredThousandParkedThenWoken) {
     };
     std::vector<fern_thread *> ts(N);
     for (long i = 0; i < N; i++) ASSERT_EQ(0, fern_spawn(&ts[i], nullptr, body, &ctx)) << i;
-    for (;;) {
-        fern_mutex_lock(&m);
-        long w = waiting;
-        fern_mutex_unlock(&m);
-        if (w == N) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    wait_for_count(&m, &waiting, (long)N, 5);
     struct fern_stats s;
     ASSERT_EQ(0, fern_stats(&s));
     EXPECT_GE(s.threads_live, (uint64_t)N);
@@ -448,13 +453,7 @@ void every_parked_stack_guarded() {
     a.stack_size = size;
     std::vector<fern_thread *> ts(N);
     for (int i = 0; i < N; i++) ASSERT_EQ(0, fern_spawn(&ts[i], &a, body, &ctx));
-    for (;;) {
-        fern_mutex_lock(&m);
-        int w = waiting;
-        fern_mutex_unlock(&m);
-        if (w == N) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    wait_for_count(&m, &waiting, N, 1);
     struct fern_stats s;
     ASSERT_EQ(0, fern_stats(&s));
     EXPECT_EQ(FERN_GUARD_MADVISE, s.guard_mode);
