@@ -1,5 +1,6 @@
 # fern: thin wrapper over CMake. `make test` builds and runs every test in a
-# Release build, an ASan+UBSan build and a TSan build.
+# Release build, an ASan+UBSan build and a TSan build, then the install,
+# servers and fuzz checks, and ends with one line `N passed, N failed`.
 JOBS ?= $(shell nproc)
 GEN := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 CMAKE_COMMON := $(GEN) -DFERN_BUILD_BENCH=ON -DFERN_BUILD_EXAMPLES=ON
@@ -29,7 +30,14 @@ test-asan: build-asan
 test-tsan: build-tsan
 	cd build/tsan && ctest --output-on-failure -j 2
 
-test: test-release test-asan test-tsan test-install test-servers test-fuzz
+# The steps of `make test`, in order: step NAME runs `make test-NAME`, its
+# output goes to build/test-logs/NAME.log, and tests/run_steps.sh counts its
+# ctest tests (or its own `N passed, N failed` line, or the step as one test).
+# To add a step, define a test-NAME target and append NAME here.
+TEST_STEPS = release asan tsan install servers fuzz
+
+test:
+	@MAKE="$(MAKE)" sh tests/run_steps.sh build/test-logs $(TEST_STEPS)
 
 # Install into a scratch prefix and build a program against it, both with
 # pkg-config and with find_package(fern).

@@ -108,7 +108,11 @@ class Conn:
 
 GET = b"GET /plaintext HTTP/1.1\r\nHost: localhost\r\n\r\n"
 
+checks_run = 0
+
 def check(name, fn):
+    global checks_run
+    checks_run += 1
     try:
         fn()
     except AssertionError as e:
@@ -336,6 +340,7 @@ finally:
             p.kill()
             p.wait()
 
-print(f"{len(failures)} failed, {time.monotonic() - t_start:.1f} s")
+print(f"servers check ({time.monotonic() - t_start:.1f} s): "
+      f"{checks_run - len(failures)} passed, {len(failures)} failed")
 sys.exit(1 if failures else 0)
 PYEOF
