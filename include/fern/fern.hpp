@@ -40,6 +40,12 @@
 #ifndef FERN_FERN_HPP
 #define FERN_FERN_HPP
 
+/* One clear message instead of hundreds of errors from the concepts and
+ * library parts below; the rest of the header is skipped. */
+#if __cplusplus < 202002L
+#error "fern.hpp needs C++20: compile with -std=c++20 (with CMake, link fern::cxx, which requires cxx_std_20)"
+#else
+
 #include <fern/fern.h>
 
 #include <array>
@@ -1681,4 +1687,5 @@ template <> struct std::hash<fern::thread_id> {
     std::size_t operator()(fern::thread_id id) const noexcept { return std::hash<uint64_t>{}(id.value()); }
 };
 
+#endif /* C++20 */
 #endif /* FERN_FERN_HPP */

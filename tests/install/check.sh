@@ -1,32 +1,125 @@
 #!/bin/sh
-# Install fern from a build tree into a scratch prefix, then build and run a
-# program against it twice: with pkg-config and with find_package(fern).
-set -eu
+# Install fern from a build tree into a scratch prefix and build consumers
+# against it the ways the README tells users to: a C program (prog.c) and a
+# C++ program (prog.cc) with pkg-config and with find_package(fern); then the
+# uninstall command, and the library configured and built with
+# -DBUILD_TESTING=OFF while GoogleTest is hidden (as on a machine without it).
+# Each check prints ok/FAIL; the last line is `install check: N passed, N failed`.
+#
+#   tests/install/check.sh [BUILD_DIR]      (default build/release)
+set -u
 build=${1:-build/release}
-src=$(cd "$(dirname "$0")" && pwd)
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
 prefix=$(mktemp -d)
 work=$(mktemp -d)
 trap 'rm -rf "$prefix" "$work"' EXIT
-cmake --install "$build" --prefix "$prefix" >/dev/null
-libdir=$(ls -d "$prefix"/lib*/pkgconfig | head -n 1 | xargs dirname)
+CC=${CC:-cc}
+CXX=${CXX:-c++}
+passed=0 failed=0
 
-# 1. pkg-config, shared library
-PKG_CONFIG_PATH="$libdir/pkgconfig" cc -o "$work/prog" "$src/prog.c" \
-  $(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --cflags --libs fern) -Wl,-rpath,"$libdir"
-out=$("$work/prog")
-[ "$out" = "fern ok 42" ] || { echo "pkg-config build printed: $out"; exit 1; }
+check() {   # check NAME COMMAND...: run COMMAND, its output to $work/NAME.log
+    name=$1
+    shift
+    if "$@" >"$work/$name.log" 2>&1; then
+        echo "ok    $name"
+        passed=$((passed + 1))
+    else
+        echo "FAIL  $name"
+        sed 's/^/      /' "$work/$name.log" | tail -n 30
+        failed=$((failed + 1))
+    fi
+}
 
-# 2. pkg-config, static library
-PKG_CONFIG_PATH="$libdir/pkgconfig" cc -o "$work/prog_static" "$src/prog.c" \
-  $(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --cflags fern) "$libdir/libfern.a" -pthread
-out=$("$work/prog_static")
-[ "$out" = "fern ok 42" ] || { echo "static build printed: $out"; exit 1; }
+prints() {  # prints EXPECTED PROGRAM: PROGRAM runs and prints EXPECTED
+    out=$("$2") || return 1
+    [ "$out" = "$1" ] || { echo "printed: $out"; return 1; }
+}
 
-# 3. CMake package
-mkdir -p "$work/cm"
-cp "$src/prog.c" "$src/CMakeLists.txt" "$work/cm/"
-cmake -S "$work/cm" -B "$work/cm/build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
-cmake --build "$work/cm/build" >/dev/null
-out=$("$work/cm/build/prog")
-[ "$out" = "fern ok 42" ] || { echo "find_package build printed: $out"; exit 1; }
-echo "install check: 3 passed, 0 failed"
+install_tree() {
+    cmake --install "$build" --prefix "$prefix" &&
+    libdir=$(ls -d "$prefix"/lib*/pkgconfig | head -n 1 | xargs dirname) &&
+    echo "$libdir" >"$work/libdir"
+}
+check install install_tree
+libdir=$(cat "$work/libdir" 2>/dev/null || echo "$prefix/lib")
+export PKG_CONFIG_PATH="$libdir/pkgconfig"
+
+c_pkgconfig() {
+    $CC -o "$work/prog" "$here/prog.c" $(pkg-config --cflags --libs fern) -Wl,-rpath,"$libdir" &&
+    prints "fern ok 42" "$work/prog"
+}
+check c-pkg-config c_pkgconfig
+
+c_static() {
+    $CC -o "$work/prog_static" "$here/prog.c" $(pkg-config --cflags fern) "$libdir/libfern.a" \
+        $(pkg-config --static --libs-only-other fern) &&
+    prints "fern ok 42" "$work/prog_static"
+}
+check c-static c_static
+
+cxx_pkgconfig() {
+    $CXX -std=c++20 -o "$work/prog_cxx" "$here/prog.cc" $(pkg-config --cflags --libs fern) \
+        -Wl,-rpath,"$libdir" &&
+    prints "fern++ ok 42" "$work/prog_cxx"
+}
+check cxx-pkg-config cxx_pkgconfig
+
+# Below C++20 (g++ 12 defaults to C++17) the first error is fern.hpp's one
+# #error naming what it needs, and fern.hpp reports nothing else (errors in
+# the consumer's own uses of fern:: follow, as they must).
+cxx_too_old() {
+    if $CXX -std=c++17 -c -o "$work/old.o" "$here/prog.cc" $(pkg-config --cflags fern) \
+            2>"$work/old.err"; then
+        echo "compiled as C++17"
+        return 1
+    fi
+    cat "$work/old.err"
+    [ "$(grep -c 'fern\.hpp:[0-9]*:[0-9]*: error' "$work/old.err")" -eq 1 ] &&
+    grep -m 1 'error' "$work/old.err" | grep -q 'fern.hpp needs C++20'
+}
+check cxx17-one-clear-error cxx_too_old
+
+cmake_package() {
+    mkdir -p "$work/cm" &&
+    cp "$here/prog.c" "$here/prog.cc" "$here/CMakeLists.txt" "$work/cm/" &&
+    cmake -S "$work/cm" -B "$work/cm/build" -DCMAKE_PREFIX_PATH="$prefix" &&
+    cmake --build "$work/cm/build" &&
+    prints "fern ok 42" "$work/cm/build/prog" &&
+    prints "fern++ ok 42" "$work/cm/build/prog_cxx"
+}
+check cmake-package-c-and-cxx cmake_package
+
+# The exported fern::fern names the include directory once.
+include_once() {
+    line=$(grep -A6 'add_library(fern::fern SHARED' "$libdir"/cmake/fern/fernTargets.cmake |
+           grep INTERFACE_INCLUDE_DIRECTORIES) || return 1
+    echo "$line"
+    [ "$(echo "$line" | grep -o 'include' | wc -l)" -eq 1 ]
+}
+check include-dir-listed-once include_once
+
+# The README's uninstall command removes every installed file.
+uninstall() {
+    xargs rm -f <"$build/install_manifest.txt" &&
+    left=$(find "$prefix" -type f | head -n 5) &&
+    { [ -z "$left" ] || { echo "left behind: $left"; return 1; }; }
+}
+check uninstall uninstall
+
+# The library alone, tests off, GoogleTest hidden: configure, build, install,
+# and the C consumer builds against it.
+no_tests() {
+    cmake -S "$root" -B "$work/notest" -DBUILD_TESTING=OFF -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON \
+        -DFERN_BUILD_EXAMPLES=OFF -DFERN_BUILD_BENCH=OFF &&
+    cmake --build "$work/notest" -j 2 &&
+    [ ! -e "$work/notest/tests" ] &&
+    cmake --install "$work/notest" --prefix "$work/notest-prefix" &&
+    cmake -S "$work/cm" -B "$work/cm/build2" -DCMAKE_PREFIX_PATH="$work/notest-prefix" &&
+    cmake --build "$work/cm/build2" --target prog &&
+    prints "fern ok 42" "$work/cm/build2/prog"
+}
+check build-without-tests-or-gtest no_tests
+
+echo "install check: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
