@@ -352,6 +352,14 @@ struct fern_thread {
 #endif
 };
 
+/* Descriptors are allocated in chunks that live until shutdown; the list
+ * of chunks (rt.chunks) is the registry of all threads (see debugmap.c). */
+#define THREAD_CHUNK 256u
+struct thread_chunk {
+    struct thread_chunk *next;
+    fern_thread t[THREAD_CHUNK];
+};
+
 /* ---- scheduler (sched.c) ---- */
 #define RUNQ_SIZE 256u
 #define NEXT_STREAK_MAX 32u
@@ -390,6 +398,7 @@ struct worker {
     uintptr_t *eh;              /* this kernel thread's C++ exception globals, or NULL */
     int *errno_loc;             /* this kernel thread's errno */
     pthread_t os;
+    int32_t tid;                /* its kernel thread id, for debuggers */
     void *altstack;
     uint64_t id_next, id_end;
     fern_thread *free_threads;  /* descriptor cache */

@@ -718,6 +718,7 @@ static void *worker_main(void *arg)
 {
     struct worker *w = arg;
     fern_tls_worker_ = w;
+    w->tid = (int32_t)gettid();
     w->cur = &w->g0;
     w->errno_loc = &errno; /* this kernel thread's errno, for switch_to */
     if (__cxa_get_globals)

@@ -26,13 +26,7 @@
 #include <sanitizer/tsan_interface.h>
 #endif
 
-#define THREAD_CHUNK 256u
 #define THREAD_CACHE_MAX 256u
-
-struct thread_chunk {
-    struct thread_chunk *next;
-    fern_thread t[THREAD_CHUNK];
-};
 
 struct keyval {
     uint32_t gen;

@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""The gdb extension end to end, with gdb -nx -batch on tests/gdb/parked.c.
+
+  check.py live PROGRAM
+      The build tree: the extension loads from the library's embedded
+      .debug_gdb_scripts section. info fern-threads lists the three parked
+      threads with their states and where each parked; fern-thread NAME bt
+      shows the parking function and ends at the entry trampoline; the same
+      again from a core written with gcore.
+  check.py installed BUILD_DIR CMAKE CC SOURCE
+      Installs into a scratch prefix, strips the library (so the embedded
+      copy is gone) and proves the installed share/gdb/auto-load file is
+      found with only add-auto-load-scripts-directory, and not without it.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+TIMEOUT = 120
+failures = []
+
+
+def check(cond, what, out=""):
+    if cond:
+        print("ok   " + what)
+    else:
+        print("FAIL " + what)
+        if out:
+            print("---- output ----\n" + out + "\n----------------")
+        failures.append(what)
+
+
+def gdb(args, env=None):
+    cmd = ["gdb", "-nx", "-batch", "-iex", "set auto-load safe-path /"] + args
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    return r.stdout + r.stderr
+
+
+def thread_row(out, name):
+    for line in out.splitlines():
+        cols = line.split()
+        if len(cols) > 2 and cols[0] in ("*",) + tuple(str(i) for i in range(1, 100)):
+            if name in cols[:3]:
+                return line
+    return ""
+
+
+def bt_of(out, marker):
+    """The backtrace printed after the line `marker` (up to the next echo)."""
+    if marker not in out:
+        return ""
+    return out.split(marker, 1)[1].split("@@", 1)[0]
+
+
+PARKED = (
+    ("chan-waiter", "parked on chan recv", "wait_on_channel"),
+    ("mutex-waiter", "parked on mutex", "wait_on_mutex"),
+    ("sleeper", "parked on sleep", "wait_asleep"),
+)
+
+
+def inspect(target_args, label):
+    """Run the checks on a live process or a core (target_args)."""
+    cmds = ["-ex", "echo @@list\\n", "-ex", "info fern-threads"]
+    for name, _, _ in PARKED + (("main", "", ""),):
+        cmds += ["-ex", "echo @@bt %s\\n" % name, "-ex", "fern-thread %s bt" % name]
+    cmds += ["-ex", "echo @@all\\n", "-ex", "fern-thread apply all bt 1"]
+    cmds += ["-ex", "echo @@bad\\n", "-ex", "fern-thread no-such-thread bt"]
+    cmds += ["-ex", "echo @@end\\n"]
+    out = gdb(target_args[:-1] + cmds + target_args[-1:]) if label == "live" else gdb(cmds + target_args)
+    listing = bt_of(out, "@@list")
+    for name, state, fn in PARKED:
+        row = thread_row(listing, name)
+        check(state in row, "%s: info fern-threads shows %s %s" % (label, name, state), out)
+        check(fn in row, "%s: info fern-threads says %s parked in %s" % (label, name, fn), out)
+        bt = bt_of(out, "@@bt " + name)
+        check(re.search(r"#\d+ .* in %s " % fn, bt) is not None, "%s: fern-thread %s bt shows %s" % (label, name, fn), out)
+        frames = [l for l in bt.splitlines() if l.startswith("#")]
+        check(frames and "fern_ctx_entry" in frames[-1],
+              "%s: %s's backtrace ends at fern_ctx_entry" % (label, name), bt)
+        check(not any("pthread_kill" in l or "raise" in l for l in frames),
+              "%s: %s's backtrace has none of the host thread's frames" % (label, name), bt)
+    row = thread_row(listing, "main")
+    check("running" in row, "%s: main is running" % label, listing)
+    bt = bt_of(out, "@@bt main")
+    check("main_green" in bt and "fern_ctx_entry" in bt, "%s: fern-thread main bt is its worker's stack" % label, bt)
+    check(bt_of(out, "@@all").count("Green thread ") == 4, "%s: fern-thread apply all visits all four" % label, out)
+    check("no green thread with id or name 'no-such-thread'" in out,
+          "%s: an unknown name is an error" % label, out)
+    return out
+
+
+def live(prog):
+    tmp = tempfile.mkdtemp()
+    try:
+        core = os.path.join(tmp, "parked.core")
+        # gcore reads memory in 1 MiB pieces through /proc/pid/mem, and a
+        # MADV_GUARD_INSTALL guard page fails the whole piece, so a gcore
+        # of green stacks needs mprotect guards (kernel core dumps do not:
+        # see docs/debugging.md).
+        env = dict(os.environ, FERN_GUARD="mprotect")
+        out = gdb(["-ex", "run", "-ex", "gcore " + core] +
+                  ["-ex", "echo @@list\\n", "-ex", "info fern-threads", "-ex", "echo @@end\\n", prog], env=env)
+        check(os.path.exists(core), "gcore wrote a core", out)
+        inspect(["-ex", "run", prog], "live")
+        if os.path.exists(core):
+            inspect([prog, core], "core")
+    finally:
+        shutil.rmtree(tmp)
+
+
+def installed(build, cmake, cc, source):
+    tmp = tempfile.mkdtemp()
+    try:
+        prefix = os.path.join(tmp, "prefix")
+        subprocess.run([cmake, "--install", build, "--prefix", prefix], check=True,
+                       capture_output=True, timeout=TIMEOUT)
+        libdir = next(os.path.join(prefix, d) for d in ("lib", "lib64", "lib/x86_64-linux-gnu")
+                      if os.path.exists(os.path.join(prefix, d, "libfern.so")))
+        real = os.path.realpath(os.path.join(libdir, "libfern.so"))
+        script = os.path.join(prefix, "share/gdb/auto-load") + real + "-gdb.py"
+        check(os.path.exists(script), "the extension is installed as " + script)
+        subprocess.run(["strip", "-g", real], check=True, timeout=TIMEOUT)
+        r = subprocess.run(["readelf", "-S", real], capture_output=True, text=True, timeout=TIMEOUT)
+        check(".debug_gdb_scripts" not in r.stdout, "strip -g removed the embedded copy")
+        prog = os.path.join(tmp, "parked")
+        subprocess.run([cc, "-g", "-o", prog, os.path.join(source, "tests/gdb/parked.c"),
+                        "-I", os.path.join(prefix, "include"), "-L", libdir, "-lfern",
+                        "-Wl,-rpath," + libdir, "-pthread"], check=True, timeout=TIMEOUT)
+        auto = ["-iex", "add-auto-load-scripts-directory " + os.path.join(prefix, "share/gdb/auto-load")]
+        out = gdb(auto + ["-ex", "run", "-ex", "info fern-threads", "-ex", "fern-thread sleeper bt", prog])
+        check("parked on sleep" in thread_row(out, "sleeper"), "installed: info fern-threads auto-loaded", out)
+        check("wait_asleep" in out, "installed: fern-thread sleeper bt", out)
+        out = gdb(["-ex", "run", "-ex", "info fern-threads", prog])
+        check("parked on sleep" not in out, "installed: without the auto-load directory there is no extension", out)
+    finally:
+        shutil.rmtree(tmp)
+
+
+def main():
+    if sys.argv[1] == "live":
+        live(sys.argv[2])
+    elif sys.argv[1] == "installed":
+        installed(*sys.argv[2:6])
+    else:
+        sys.exit("usage: check.py live PROGRAM | installed BUILD CMAKE CC SOURCE")
+    if failures:
+        print("%d check(s) failed" % len(failures))
+        sys.exit(1)
+    print("all checks passed")
+
+
+main()
