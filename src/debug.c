@@ -6,7 +6,7 @@
  * of the green thread running on that worker. If so it writes one line to
  * stderr (id, name, stack size; only async-signal-safe calls) and aborts.
  * Any other fault goes to the handler that was installed before ours, or
- * gets the default action.
+ * gets the default action after crash.c's report of the green thread.
  */
 #include "internal.h"
 
@@ -20,7 +20,7 @@
 static struct sigaction old_segv, old_bus;
 static int installed;
 
-static size_t fmt_u64(char *p, uint64_t v)
+size_t fmt_u64(char *p, uint64_t v)
 {
     char tmp[24];
     size_t n = 0;
@@ -33,7 +33,7 @@ static size_t fmt_u64(char *p, uint64_t v)
     return n;
 }
 
-static size_t fmt_str(char *p, const char *s, size_t max)
+size_t fmt_str(char *p, const char *s, size_t max)
 {
     size_t n = 0;
     while (n < max && s[n]) {
@@ -64,19 +64,26 @@ void overflow_report(fern_thread *t, const void *addr)
     abort();
 }
 
-static void chain(struct sigaction *old, int sig, siginfo_t *si, void *uc)
+void signal_chain(const struct sigaction *old, int sig, siginfo_t *si, void *uc)
 {
     if (old->sa_flags & SA_SIGINFO) {
         if (old->sa_sigaction) {
             old->sa_sigaction(sig, si, uc);
             return;
         }
-    } else if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN) {
+    } else if (old->sa_handler == SIG_IGN) {
+        if (si->si_code <= 0)
+            return; /* sent by kill/raise: ignored, as without fern */
+    } else if (old->sa_handler != SIG_DFL) {
         old->sa_handler(sig);
         return;
     }
-    /* Default action: reinstall it and return; the fault repeats and kills. */
+    /* Default action: reinstall it. A fault repeats when the handler
+     * returns and kills; a signal that was sent (abort, kill) is raised
+     * again, or it would be lost. */
     signal(sig, SIG_DFL);
+    if (si->si_code <= 0)
+        raise(sig);
 }
 
 static void on_fault(int sig, siginfo_t *si, void *uc)
@@ -88,7 +95,9 @@ static void on_fault(int sig, siginfo_t *si, void *uc)
         if (s && stack_in_guard(s, si->si_addr))
             overflow_report(t, si->si_addr);
     }
-    chain(sig == SIGBUS ? &old_bus : &old_segv, sig, si, uc);
+    struct sigaction *old = sig == SIGBUS ? &old_bus : &old_segv;
+    crash_report(sig, si, old);
+    signal_chain(old, sig, si, uc);
 }
 
 int signals_install(void)

@@ -31,6 +31,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -613,9 +614,19 @@ void io_wake(void);
 void blocking_fini(void);
 
 /* debug.c */
+size_t fmt_u64(char *p, uint64_t v);
+size_t fmt_str(char *p, const char *s, size_t max);
+/* Hand a signal to the action `old` that was installed before fern's:
+ * its handler, or the default action (re-raised if the signal was sent). */
+void signal_chain(const struct sigaction *old, int sig, siginfo_t *si, void *uc);
 void overflow_report(fern_thread *t, const void *addr) __attribute__((noreturn));
 int signals_install(void);
 int altstack_setup(struct worker *w);
 void altstack_free(struct worker *w);
+
+/* crash.c */
+void crash_report(int sig, const siginfo_t *si, const struct sigaction *old);
+int crash_start(void);
+void crash_stop(void);
 
 #endif

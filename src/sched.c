@@ -935,6 +935,8 @@ int fern_init(const fern_config *cfg)
     if (r == 0)
         r = signals_install();
     if (r == 0)
+        r = crash_start();
+    if (r == 0)
         r = io_init();
     rt.default_stack = c.stack_size;
     pthread_mutex_unlock(&rt.boot_lock);
@@ -965,6 +967,7 @@ int fern_shutdown(void)
     }
     STORE(&rt.running, 0);
     pthread_mutex_unlock(&rt.boot_lock);
+    crash_stop(); /* no dump in flight while the runtime is torn down */
     for (;;) {
         pthread_mutex_lock(&rt.boot_lock);
         struct fern_cluster *c = rt.clusters;

@@ -1,0 +1,224 @@
+/*
+ * Crash reports and the dump signal.
+ *
+ * Crash report. A fatal signal (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT)
+ * raised while a worker runs a green thread prints one line to stderr,
+ * naming the thread (id, name) and the address (the faulting data address
+ * for SIGSEGV/SIGBUS, the instruction for SIGILL/SIGFPE), then takes the
+ * action it would have had without fern, core dump included. The line is
+ * written only when that action is the default one: a handler installed
+ * before fern's runs first and may well handle the signal (a runtime that
+ * maps pages on demand does), and the fault is then no crash at all.
+ * SIGSEGV and SIGBUS arrive through debug.c's on_fault (which first tells
+ * a stack overflow apart); the other three have a handler here. Only
+ * async-signal-safe calls: write(2) of a line formatted by hand.
+ *
+ * Dump signal. SIGQUIT (or FERN_DUMP_SIGNAL: a number or a name such as
+ * USR2; 0 or "off" to disable) prints fern_dump to stderr and the process
+ * goes on, like a JVM thread dump. fern_dump takes a lock and uses stdio,
+ * which a signal handler must not, so the handler only writes one byte to
+ * a pipe; a kernel thread asleep on that pipe does the dump. It is started
+ * by fern_init and joined by fern_shutdown (before the runtime it walks is
+ * torn down). A signal whose disposition the program already set (handler
+ * or ignore) is left alone: the program owns it.
+ */
+#include "internal.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <unistd.h>
+
+static const struct {
+    int sig;
+    const char *name;
+} signames[] = {
+    {SIGSEGV, "SIGSEGV"}, {SIGBUS, "SIGBUS"},   {SIGILL, "SIGILL"},   {SIGFPE, "SIGFPE"},
+    {SIGABRT, "SIGABRT"}, {SIGQUIT, "SIGQUIT"}, {SIGUSR1, "SIGUSR1"}, {SIGUSR2, "SIGUSR2"},
+    {SIGHUP, "SIGHUP"},   {SIGTRAP, "SIGTRAP"}, {SIGTERM, "SIGTERM"}, {SIGINT, "SIGINT"},
+};
+
+static const char *sig_name(int sig)
+{
+    for (size_t i = 0; i < sizeof signames / sizeof signames[0]; i++)
+        if (signames[i].sig == sig)
+            return signames[i].name;
+    return "signal";
+}
+
+static size_t fmt_hex(char *p, uint64_t v)
+{
+    static const char digits[] = "0123456789abcdef";
+    char tmp[16];
+    size_t n = 0;
+    do {
+        tmp[n++] = digits[v & 15];
+        v >>= 4;
+    } while (v);
+    p[0] = '0';
+    p[1] = 'x';
+    for (size_t i = 0; i < n; i++)
+        p[2 + i] = tmp[n - 1 - i];
+    return n + 2;
+}
+
+void crash_report(int sig, const siginfo_t *si, const struct sigaction *old)
+{
+    if ((old->sa_flags & SA_SIGINFO) ? old->sa_sigaction != NULL : old->sa_handler != SIG_DFL)
+        return; /* not the default action: the earlier handler decides */
+    struct worker *w = worker_self();
+    if (!w || !w->cur || w->cur == &w->g0)
+        return;
+    fern_thread *t = w->cur;
+    char buf[192];
+    size_t n = 0;
+    n += fmt_str(buf + n, "fern: ", 8);
+    n += fmt_str(buf + n, sig_name(sig), 16);
+    n += fmt_str(buf + n, " in green thread ", 32);
+    n += fmt_u64(buf + n, t->id);
+    n += fmt_str(buf + n, " \"", 4);
+    n += fmt_str(buf + n, t->name, 31);
+    n += fmt_str(buf + n, "\"", 4);
+    if (sig == SIGSEGV || sig == SIGBUS) {
+        n += fmt_str(buf + n, " at address ", 16);
+        n += fmt_hex(buf + n, (uintptr_t)si->si_addr);
+    } else if ((sig == SIGILL || sig == SIGFPE) && si->si_code > 0) {
+        n += fmt_str(buf + n, " at instruction ", 20);
+        n += fmt_hex(buf + n, (uintptr_t)si->si_addr);
+    }
+    n += fmt_str(buf + n, "\n", 2);
+    ssize_t r = write(2, buf, n);
+    (void)r;
+}
+
+/* ---- SIGILL, SIGFPE, SIGABRT ---- */
+
+static const int fatal_sigs[] = {SIGILL, SIGFPE, SIGABRT};
+static struct sigaction old_fatal[3];
+static int fatal_installed;
+
+static void on_fatal(int sig, siginfo_t *si, void *uc)
+{
+    int i = sig == SIGILL ? 0 : sig == SIGFPE ? 1 : 2;
+    crash_report(sig, si, &old_fatal[i]);
+    signal_chain(&old_fatal[i], sig, si, uc);
+}
+
+/* ---- the dump signal ---- */
+
+static struct {
+    int sig;              /* 0: none */
+    int fd[2];            /* pipe: the handler writes, the dumper reads */
+    pthread_t thread;
+    struct sigaction old;
+} D = {.fd = {-1, -1}};
+
+static void on_dump(int sig)
+{
+    int e = errno;
+    char one = 1;
+    ssize_t r = write(D.fd[1], &one, 1); /* a full pipe already has a dump queued */
+    (void)r;
+    errno = e;
+}
+
+static void *dumper(void *arg)
+{
+    char c;
+    for (;;) {
+        ssize_t r = read(D.fd[0], &c, 1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0 || c == 0)
+            return NULL;
+        fern_dump(stderr);
+    }
+}
+
+/* FERN_DUMP_SIGNAL: unset = SIGQUIT; 0/off/none = no dump signal. */
+static int dump_signal_choice(void)
+{
+    const char *s = getenv("FERN_DUMP_SIGNAL");
+    if (!s || !*s)
+        return SIGQUIT;
+    if (!strcmp(s, "off") || !strcmp(s, "none"))
+        return 0;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end == 0)
+        return v > 0 && v < NSIG ? (int)v : 0;
+    if (!strncmp(s, "SIG", 3))
+        s += 3;
+    for (size_t i = 0; i < sizeof signames / sizeof signames[0]; i++)
+        if (!strcmp(signames[i].name + 3, s))
+            return signames[i].sig;
+    return 0;
+}
+
+static void dump_start(void)
+{
+    int sig = dump_signal_choice();
+    struct sigaction cur;
+    if (!sig || sigaction(sig, NULL, &cur) ||
+        ((cur.sa_flags & SA_SIGINFO) ? cur.sa_sigaction != NULL : cur.sa_handler != SIG_DFL))
+        return;
+    if (pipe2(D.fd, O_CLOEXEC))
+        return;
+    fcntl(D.fd[1], F_SETFL, O_NONBLOCK);
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setstacksize(&a, (size_t)128 * 1024);
+    int r = pthread_create(&D.thread, &a, dumper, NULL);
+    pthread_attr_destroy(&a);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_dump;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    if (r || sigaction(sig, &sa, &D.old)) {
+        if (!r) {
+            char zero = 0;
+            ssize_t w = write(D.fd[1], &zero, 1);
+            (void)w;
+            pthread_join(D.thread, NULL);
+        }
+        close(D.fd[0]);
+        close(D.fd[1]);
+        D.fd[0] = D.fd[1] = -1;
+        return;
+    }
+    pthread_setname_np(D.thread, "fern-dump");
+    D.sig = sig;
+}
+
+void crash_stop(void)
+{
+    if (!D.sig)
+        return;
+    sigaction(D.sig, &D.old, NULL);
+    D.sig = 0;
+    char zero = 0;
+    while (write(D.fd[1], &zero, 1) < 0 && errno == EAGAIN)
+        usleep(1000); /* the pipe is full of queued dumps: let it drain */
+    pthread_join(D.thread, NULL);
+    close(D.fd[0]);
+    close(D.fd[1]);
+    D.fd[0] = D.fd[1] = -1;
+}
+
+int crash_start(void)
+{
+    if (!fatal_installed) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_fatal;
+        sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+        sigemptyset(&sa.sa_mask);
+        for (int i = 0; i < 3; i++)
+            if (sigaction(fatal_sigs[i], &sa, &old_fatal[i]))
+                return errno;
+        fatal_installed = 1;
+    }
+    dump_start();
+    return 0;
+}
