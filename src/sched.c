@@ -47,6 +47,7 @@
  * idle worker sleeps until its earliest deadline.
  */
 #include "internal.h"
+#include "probes.h"
 
 #include <sched.h>
 #include <stdio.h>
@@ -237,6 +238,7 @@ static fern_thread *runq_steal(struct worker *w, struct worker *v)
         if (n)
             STORE(&w->rq_tail, mytail + n);
         STORE_RELAXED(&w->n_steals, w->n_steals + 1);
+        PROBE3(steal, t->id, w->index, v->index);
         return t;
     }
 }
@@ -412,6 +414,7 @@ static void switch_to(struct worker *w, fern_thread *cur, fern_thread *next, boo
         cur->eh[0] = w->eh[0];
         cur->eh[1] = w->eh[1];
     }
+    PROBE2(switch, cur->id, next->id);
     enter_thread(w, next);
 #ifdef FERN_ASAN
     if (next == &w->g0)
@@ -445,6 +448,7 @@ void sched_park(after_fn fn, void *arg)
     fern_thread *cur = w->cur;
     fern_thread *next;
     STORE_RELAXED(&cur->run_state, T_PARKED);
+    PROBE2(park, cur->id, cur->wait_what);
     w->after = fn;
     w->after_prev = cur;
     w->after_arg = arg;
@@ -477,6 +481,7 @@ static void sched_relay(struct worker *w, fern_thread *cur, fern_thread *next, a
     STORE_RELAXED(&cur->stack, NULL);
     STORE_RELAXED(&next->stack, s);
     /* Before fn: under TSan, fn may free cur and with it cur's fiber. */
+    PROBE2(switch, cur->id, next->id);
     enter_thread(w, next);
     fn(w, cur, arg); /* cur may be freed from here on */
 #ifdef FERN_ASAN
@@ -495,6 +500,7 @@ void sched_exit(after_fn fn, void *arg)
     fern_thread *cur = w->cur;
     fern_thread *next;
     STORE_RELAXED(&cur->run_state, T_EXITING);
+    PROBE1(exit, cur->id);
     next = pick_next(w);
     /* Not while threads wait for a stack (stack_starved): the stack goes
      * back through the pool, which serves them first. */
@@ -547,6 +553,7 @@ void sched_yield_green(struct worker *w)
 void sched_ready(fern_thread *t)
 {
     struct worker *w = worker_self();
+    PROBE1(wake, t->id);
     if (w && w->cluster == t->cluster) {
         STORE_RELAXED(&t->run_state, T_RUNNABLE);
         if (w->alone) {
@@ -687,8 +694,9 @@ static fern_thread *find_work(struct worker *w)
             } else if (now - seen_at >= NEXT_STUCK_NS) {
                 for (unsigned i = 0; i < n && !t; i++) {
                     struct worker *v = c->workers[i];
-                    if (v != w && LOAD_RELAXED(&v->n_switches) == seen[i])
-                        t = next_steal(v);
+                    if (v != w && LOAD_RELAXED(&v->n_switches) == seen[i] &&
+                        (t = next_steal(v)) != NULL)
+                        PROBE3(steal, t->id, w->index, v->index);
                 }
                 if (t)
                     break;

@@ -16,6 +16,7 @@
  * releases tlock only once parked, so the exit path cannot miss it.
  */
 #include "internal.h"
+#include "probes.h"
 
 #include <stdio.h>
 
@@ -258,6 +259,7 @@ int fern_spawn(fern_thread **out, const fern_attr *attr, fern_fn fn, void *arg)
         ADD_RELAXED(&rt.spawned_ext, 1);
         ADD_RELAXED(&c->live_ext, 1);
     }
+    PROBE2(spawn, t->id, t->name);
     if (out)
         *out = t;
     sched_spawned(t);

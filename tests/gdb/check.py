@@ -10,7 +10,9 @@
   check.py installed BUILD_DIR CMAKE CC SOURCE
       Installs into a scratch prefix, strips the library (so the embedded
       copy is gone) and proves the installed share/gdb/auto-load file is
-      found with only add-auto-load-scripts-directory, and not without it.
+      found with only add-auto-load-scripts-directory, and not without it;
+      readelf -n on the installed library lists the six USDT probes.
+  Both modes also stop gdb at the USDT probes and read their arguments.
 """
 import os
 import re
@@ -93,7 +95,33 @@ def inspect(target_args, label):
     return out
 
 
+PROBES = ("spawn", "switch", "park", "wake", "exit", "steal")
+
+
+def probes_listed(lib):
+    r = subprocess.run(["readelf", "-n", lib], capture_output=True, text=True, timeout=TIMEOUT)
+    names = re.findall(r"Provider: fern\s+Name: (\w+)", r.stdout)
+    for p in PROBES:
+        check(p in names, "readelf -n %s lists fern:%s" % (os.path.basename(lib), p), r.stdout)
+
+
+def probes_hit(prog, label):
+    """gdb breaks at the probes and reads their arguments."""
+    out = gdb(["-ex", "break main", "-ex", "run", "-ex", "info probes stap fern",
+               "-ex", "break -probe-stap fern:spawn", "-ex", "continue",
+               "-ex", "printf \"@@spawn %d %s\\n\", $_probe_arg0, (char *)$_probe_arg1",
+               "-ex", "delete", "-ex", "break -probe-stap fern:park if $_probe_arg1 != 0",
+               "-ex", "continue",
+               "-ex", "printf \"@@park %d %s\\n\", $_probe_arg0, (char *)$_probe_arg1",
+               "-ex", "kill", prog])
+    listed = set(re.findall(r"^stap\s+fern\s+(\w+)", out, re.M))
+    check(listed >= set(PROBES), "%s: gdb info probes lists the six fern probes" % label, out)
+    check("@@spawn 1 main" in out, "%s: fern:spawn gives id 1 and name main" % label, out)
+    check(re.search(r"@@park \d+ \w", out) is not None, "%s: fern:park gives an id and what" % label, out)
+
+
 def live(prog):
+    probes_hit(prog, "live")
     tmp = tempfile.mkdtemp()
     try:
         core = os.path.join(tmp, "parked.core")
@@ -123,7 +151,9 @@ def installed(build, cmake, cc, source):
         real = os.path.realpath(os.path.join(libdir, "libfern.so"))
         script = os.path.join(prefix, "share/gdb/auto-load") + real + "-gdb.py"
         check(os.path.exists(script), "the extension is installed as " + script)
+        probes_listed(real)
         subprocess.run(["strip", "-g", real], check=True, timeout=TIMEOUT)
+        probes_listed(real)
         r = subprocess.run(["readelf", "-S", real], capture_output=True, text=True, timeout=TIMEOUT)
         check(".debug_gdb_scripts" not in r.stdout, "strip -g removed the embedded copy")
         prog = os.path.join(tmp, "parked")
@@ -134,6 +164,7 @@ def installed(build, cmake, cc, source):
         out = gdb(auto + ["-ex", "run", "-ex", "info fern-threads", "-ex", "fern-thread sleeper bt", prog])
         check("parked on sleep" in thread_row(out, "sleeper"), "installed: info fern-threads auto-loaded", out)
         check("wait_asleep" in out, "installed: fern-thread sleeper bt", out)
+        probes_hit(prog, "installed")
         out = gdb(["-ex", "run", "-ex", "info fern-threads", prog])
         check("parked on sleep" not in out, "installed: without the auto-load directory there is no extension", out)
     finally:
