@@ -92,12 +92,13 @@ def inspect(target_args, label):
         frames = [l for l in bt.splitlines() if l.startswith("#")]
         check(frames and "fern_ctx_entry" in frames[-1],
               "%s: %s's backtrace ends at fern_ctx_entry" % (label, name), bt)
-        check(not any("pthread_kill" in l or "raise" in l for l in frames),
+        check(not any("stop_here" in l or "main_green" in l for l in frames),
               "%s: %s's backtrace has none of the host thread's frames" % (label, name), bt)
     row = thread_row(listing, "main")
     check("running" in row, "%s: main is running" % label, listing)
     bt = bt_of(out, "@@bt main")
-    check("main_green" in bt and "fern_ctx_entry" in bt, "%s: fern-thread main bt is its worker's stack" % label, bt)
+    check("stop_here" in bt and "main_green" in bt and "fern_ctx_entry" in bt,
+          "%s: fern-thread main bt is its worker's stack" % label, bt)
     check(bt_of(out, "@@all").count("Green thread ") == 4, "%s: fern-thread apply all visits all four" % label, out)
     check("no green thread with id or name 'no-such-thread'" in out,
           "%s: an unknown name is an error" % label, out)

@@ -3,12 +3,13 @@
  * channel, a mutex and a sleep, plus "main" running. Once all three are
  * parked (read back from fern_dump) it stops itself with SIGTRAP, where the
  * debugger takes over. Each waiter parks from a function of its own, so a
- * backtrace can be checked for it.
+ * backtrace can be checked for it. The trap is an int3 in an inlined
+ * function: the kernel thread gdb stops in has an inlined frame 0, the case
+ * where an unwinder that claims the first frame offered goes wrong.
  */
 #define _GNU_SOURCE
 #include <fern/fern.h>
 
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,12 @@ static int parked_count(void)
     return n;
 }
 
+static inline __attribute__((always_inline)) void stop_here(void)
+{
+    /* the debugger looks here; the nop keeps the pc inside this function */
+    __asm__ volatile("int3\n\tnop" ::: "memory");
+}
+
 static void *main_green(void *arg)
 {
     fern_chan_create(&ch, sizeof(int), 0);
@@ -74,7 +81,7 @@ static void *main_green(void *arg)
         fprintf(stderr, "waiters did not park\n");
         abort();
     }
-    raise(SIGTRAP); /* the debugger looks here */
+    stop_here();
     return NULL;
 }
 
