@@ -12,10 +12,12 @@
       copy is gone) and proves the installed share/gdb/auto-load file is
       found with only add-auto-load-scripts-directory, and not without it;
       readelf -n on the installed library lists the six USDT probes.
-  check.py perf PROGRAM
-      perf record --call-graph dwarf on tests/gdb/busy.c: every sample in
-      busy_work unwinds through thread_entry to fern_ctx_entry and stops
-      there (no garbage frame past the green stack's bottom). Exits 77
+  check.py perf PROGRAM PROGRAM_FP
+      perf record --call-graph dwarf on tests/gdb/busy.c, and perf record
+      -g on the same linked with a frame-pointer build of fern: every
+      sample in busy_work unwinds through thread_entry to fern_ctx_entry
+      and stops there (no garbage frame past the green stack's bottom).
+      Exits 77
       (ctest: skipped, and says why) where perf_event is unavailable.
   check.py valgrind PROGRAM
       tests/gdb/busy.c under valgrind: no error, and no "client switching
@@ -181,7 +183,7 @@ def installed(build, cmake, cc, source):
         shutil.rmtree(tmp)
 
 
-def perf(prog):
+def perf(prog, prog_fp):
     tmp = tempfile.mkdtemp()
     try:
         data = os.path.join(tmp, "perf.data")
@@ -190,20 +192,22 @@ def perf(prog):
         if probe.returncode != 0:
             print("PERF UNAVAILABLE on this machine, perf test NOT RUN:\n" + probe.stderr[-500:])
             sys.exit(77)
-        r = subprocess.run(["perf", "record", "-e", "cpu-clock", "--call-graph", "dwarf,16384",
-                            "-o", data, prog], capture_output=True, text=True, timeout=TIMEOUT)
-        check(r.returncode == 0, "perf record --call-graph dwarf ran", r.stderr)
-        r = subprocess.run(["perf", "script", "-F", "ip,sym", "-i", data], capture_output=True,
-                           text=True, timeout=TIMEOUT)
-        samples = [s for s in r.stdout.split("\n\n") if "busy_work" in s]
-        check(len(samples) >= 10, "perf: %d samples in busy_work" % len(samples), r.stdout[-2000:])
-        bad = []
-        for s in samples:
-            syms = [l.split(None, 1)[1] if len(l.split(None, 1)) > 1 else "?" for l in s.strip().splitlines()]
-            if "thread_entry" not in syms or syms[-1] != "fern_ctx_entry":
-                bad.append(s)
-        check(not bad, "perf: every busy_work sample ends at fern_ctx_entry (%d of %d do not)"
-              % (len(bad), len(samples)), "\n\n".join(bad[:3]))
+        for how, p, opts in (("dwarf", prog, ["--call-graph", "dwarf,16384"]), ("-g", prog_fp, ["-g"])):
+            r = subprocess.run(["perf", "record", "-e", "cpu-clock"] + opts + ["-o", data, p],
+                               capture_output=True, text=True, timeout=TIMEOUT)
+            check(r.returncode == 0, "perf record %s ran" % how, r.stderr)
+            r = subprocess.run(["perf", "script", "-F", "ip,sym", "-i", data], capture_output=True,
+                               text=True, timeout=TIMEOUT)
+            samples = [s for s in r.stdout.split("\n\n") if "busy_work" in s]
+            check(len(samples) >= 10, "perf %s: %d samples in busy_work" % (how, len(samples)), r.stdout[-2000:])
+            bad = []
+            for s in samples:
+                syms = [l.split(None, 1)[1] if len(l.split(None, 1)) > 1 else "?"
+                        for l in s.strip().splitlines()]
+                if "thread_entry" not in syms or syms[-1] != "fern_ctx_entry":
+                    bad.append(s)
+            check(not bad, "perf %s: every busy_work sample ends at fern_ctx_entry (%d of %d do not)"
+                  % (how, len(bad), len(samples)), "\n\n".join(bad[:3]))
     finally:
         shutil.rmtree(tmp)
 
@@ -223,7 +227,7 @@ def main():
     elif sys.argv[1] == "valgrind":
         valgrind(sys.argv[2])
     elif sys.argv[1] == "perf":
-        perf(sys.argv[2])
+        perf(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "installed":
         installed(*sys.argv[2:6])
     else:
