@@ -550,7 +550,7 @@ bool stack_bind(struct worker *w, fern_thread *t)
     /* The previous thread's frames left their redzones poisoned. */
     ASAN_UNPOISON_MEMORY_REGION(s->lo, s->size - sizeof *s);
 #endif
-    t->stack = s;
+    STORE_RELAXED(&t->stack, s); /* fern_dump reads it from any thread */
     t->sp = ctx_init((char *)s, t);
     return true;
 }

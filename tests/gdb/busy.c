@@ -6,8 +6,6 @@
 
 #include <stdint.h>
 
-static volatile uint64_t sink;
-
 __attribute__((noinline)) static uint64_t busy_work(uint64_t x)
 {
     for (int i = 0; i < 100000; i++)
@@ -23,8 +21,7 @@ static void *worker(void *arg)
         x = busy_work(x);
         fern_yield();
     }
-    sink = x;
-    return NULL;
+    return (void *)(uintptr_t)x;
 }
 
 int main(void)
