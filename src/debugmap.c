@@ -23,10 +23,27 @@
  * Invariant: every field listed is written by the runtime where it
  * changes (no field exists only for the debugger except worker.tid, set
  * once per worker), so the map costs nothing on any hot path.
+ *
+ * The gdb extension itself is embedded here too, as an inline script in a
+ * .debug_gdb_scripts section: gdb runs it when it loads the library (or a
+ * program linked with libfern.a) if auto-load allows that file's path, so
+ * the commands are there for a build tree, a static link, or any install
+ * location. The section is not allocated: it costs file size, no memory.
+ * `strip -g` removes it; the installed share/gdb/auto-load copy covers that
+ * case. Entry format (gdb manual, ".debug_gdb_scripts section"): byte 4
+ * (inline Python), the script's name on the first line, its text, a NUL.
+ * fern_init refers to fern_debug_map, so a static link keeps this file.
  */
 #include "internal.h"
 
 #include <stddef.h>
+
+__asm__(".pushsection .debug_gdb_scripts, \"MS\", @progbits, 1\n\t"
+        ".byte 4\n\t"
+        ".ascii \"gdb.inlined-script.fern\\n\"\n\t"
+        ".incbin \"" FERN_GDB_SCRIPT "\"\n\t"
+        ".byte 0\n\t"
+        ".popsection");
 
 /* The state numbers the extension names (version 1). */
 _Static_assert(T_NEW == 0 && T_RUNNABLE == 1 && T_RUNNING == 2 && T_PARKED == 3 &&

@@ -613,6 +613,10 @@ void io_wake(void);
 /* blocking.c */
 void blocking_fini(void);
 
+/* debugmap.c: what a debugger reads (see there) */
+struct fern_debug_map;
+extern const struct fern_debug_map fern_debug_map;
+
 /* debug.c */
 size_t fmt_u64(char *p, uint64_t v);
 size_t fmt_str(char *p, const char *s, size_t max);

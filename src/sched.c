@@ -934,6 +934,9 @@ int fern_init(const fern_config *cfg)
     if (stack_class(c.stack_size, &rounded) < 0)
         return EINVAL;
 
+    /* A reference, so a static link keeps the debugger's map (and the
+     * embedded gdb extension) although nothing reads them in-process. */
+    __asm__ volatile("" : : "r"(&fern_debug_map));
     pthread_mutex_lock(&rt.boot_lock);
     if (rt.running) {
         pthread_mutex_unlock(&rt.boot_lock);

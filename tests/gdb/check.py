@@ -11,7 +11,8 @@
       Installs into a scratch prefix, strips the library (so the embedded
       copy is gone) and proves the installed share/gdb/auto-load file is
       found with only add-auto-load-scripts-directory, and not without it;
-      readelf -n on the installed library lists the six USDT probes.
+      readelf -n on the installed library lists the six USDT probes; a
+      program linked with the installed libfern.a has the extension too.
   check.py perf PROGRAM PROGRAM_FP
       perf record --call-graph dwarf on tests/gdb/busy.c, and perf record
       -g on the same linked with a frame-pointer build of fern: every
@@ -182,6 +183,14 @@ def installed(build, cmake, cc, source):
         check("parked on sleep" in thread_row(out, "sleeper"), "installed: info fern-threads auto-loaded", out)
         check("wait_asleep" in out, "installed: fern-thread sleeper bt", out)
         probes_hit(prog, "installed")
+        # A static link carries the map and the embedded extension along.
+        prog_static = os.path.join(tmp, "parked_static")
+        subprocess.run([cc, "-g", "-o", prog_static, os.path.join(source, "tests/gdb/parked.c"),
+                        "-I", os.path.join(prefix, "include"), os.path.join(libdir, "libfern.a"),
+                        "-pthread"], check=True, timeout=TIMEOUT)
+        out = gdb(["-ex", "run", "-ex", "info fern-threads", "-ex", "fern-thread mutex-waiter bt", prog_static])
+        check("parked on mutex" in thread_row(out, "mutex-waiter"), "static: info fern-threads (embedded copy)", out)
+        check("wait_on_mutex" in out and "fern_ctx_entry" in out, "static: fern-thread mutex-waiter bt", out)
         out = gdb(["-ex", "run", "-ex", "info fern-threads", prog])
         check("parked on sleep" not in out, "installed: without the auto-load directory there is no extension", out)
     finally:
