@@ -62,10 +62,22 @@ static size_t fmt_hex(char *p, uint64_t v)
     return n + 2;
 }
 
+/* Will signal_chain take the default action? Not when an earlier handler
+ * decides, nor for a sent signal the program ignores (a fault cannot be
+ * ignored). */
+static bool default_follows(const struct sigaction *old, const siginfo_t *si)
+{
+    if (old->sa_flags & SA_SIGINFO)
+        return old->sa_sigaction == NULL;
+    if (old->sa_handler == SIG_IGN)
+        return si->si_code > 0;
+    return old->sa_handler == SIG_DFL;
+}
+
 void crash_report(int sig, const siginfo_t *si, const struct sigaction *old)
 {
-    if ((old->sa_flags & SA_SIGINFO) ? old->sa_sigaction != NULL : old->sa_handler != SIG_DFL)
-        return; /* not the default action: the earlier handler decides */
+    if (!default_follows(old, si))
+        return;
     struct worker *w = worker_self();
     if (!w || !w->cur || w->cur == &w->g0)
         return;
@@ -157,6 +169,8 @@ static int dump_signal_choice(void)
 
 static void dump_start(void)
 {
+    if (D.sig)
+        return; /* still running from an earlier fern_init that failed */
     int sig = dump_signal_choice();
     struct sigaction cur;
     if (!sig || sigaction(sig, NULL, &cur) ||

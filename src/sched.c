@@ -951,11 +951,14 @@ int fern_init(const fern_config *cfg)
         r = io_init();
     rt.default_stack = c.stack_size;
     pthread_mutex_unlock(&rt.boot_lock);
-    if (r)
+    if (r) {
+        crash_stop();
         return r;
+    }
     struct fern_cluster *d;
     r = cluster_start(&d, c.workers);
     if (r) {
+        crash_stop();
         io_fini();
         stack_fini();
         return r;

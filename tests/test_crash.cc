@@ -93,6 +93,23 @@ TEST(CrashDeathTest, SentSignalStillKills) {
                 ::testing::KilledBySignal(SIGSEGV), "fern: SIGSEGV in green thread [0-9]+ \"target\"");
 }
 
+// A fault cannot be ignored: with SIGSEGV ignored before fern_init, the
+// report and the death still happen; a sent signal that is ignored stays
+// ignored.
+TEST(CrashDeathTest, IgnoredSignals) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(
+        {
+            signal(SIGSEGV, SIG_IGN);
+            signal(SIGABRT, SIG_IGN);
+            in_green_thread("ignorer", [] {
+                raise(SIGABRT); // sent and ignored: nothing happens
+                *(volatile int *)(uintptr_t)16 = 1;
+            });
+        },
+        ::testing::KilledBySignal(SIGSEGV), "fern: SIGSEGV in green thread [0-9]+ \"ignorer\" at address 0x10\n");
+}
+
 // stderr goes to a pipe until restored; read_err returns what arrived.
 struct ErrCapture {
     int fds[2];
