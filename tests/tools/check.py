@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The gdb extension end to end, with gdb -nx -batch on tests/gdb/parked.c.
+"""fern under external tools: gdb (tests/tools/parked.c), perf and valgrind
+(tests/tools/busy.c).
 
   check.py live PROGRAM [nogcore]
       The build tree: the extension loads from the library's embedded
@@ -14,14 +15,14 @@
       readelf -n on the installed library lists the six USDT probes; a
       program linked with the installed libfern.a has the extension too.
   check.py perf PROGRAM PROGRAM_FP
-      perf record --call-graph dwarf on tests/gdb/busy.c, and perf record
+      perf record --call-graph dwarf on tests/tools/busy.c, and perf record
       -g on the same linked with a frame-pointer build of fern: every
       sample in busy_work unwinds through thread_entry to fern_ctx_entry
       and stops there (no garbage frame past the green stack's bottom).
       Exits 77
       (ctest: skipped, and says why) where perf_event is unavailable.
   check.py valgrind PROGRAM
-      tests/gdb/busy.c under valgrind: no error, and no "client switching
+      tests/tools/busy.c under valgrind: no error, and no "client switching
       stacks" warning (fern registers each green stack with
       VALGRIND_STACK_REGISTER).
   The live and installed modes also stop gdb at the USDT probes and read their arguments.
@@ -175,7 +176,7 @@ def installed(build, cmake, cc, source):
         r = subprocess.run(["readelf", "-S", real], capture_output=True, text=True, timeout=TIMEOUT)
         check(".debug_gdb_scripts" not in r.stdout, "strip -g removed the embedded copy")
         prog = os.path.join(tmp, "parked")
-        subprocess.run([cc, "-g", "-o", prog, os.path.join(source, "tests/gdb/parked.c"),
+        subprocess.run([cc, "-g", "-o", prog, os.path.join(source, "tests/tools/parked.c"),
                         "-I", os.path.join(prefix, "include"), "-L", libdir, "-lfern",
                         "-Wl,-rpath," + libdir, "-pthread"], check=True, timeout=TIMEOUT)
         auto = ["-iex", "add-auto-load-scripts-directory " + os.path.join(prefix, "share/gdb/auto-load")]
@@ -185,7 +186,7 @@ def installed(build, cmake, cc, source):
         probes_hit(prog, "installed")
         # A static link carries the map and the embedded extension along.
         prog_static = os.path.join(tmp, "parked_static")
-        subprocess.run([cc, "-g", "-o", prog_static, os.path.join(source, "tests/gdb/parked.c"),
+        subprocess.run([cc, "-g", "-o", prog_static, os.path.join(source, "tests/tools/parked.c"),
                         "-I", os.path.join(prefix, "include"), os.path.join(libdir, "libfern.a"),
                         "-pthread"], check=True, timeout=TIMEOUT)
         out = gdb(["-ex", "run", "-ex", "info fern-threads", "-ex", "fern-thread mutex-waiter bt", prog_static])

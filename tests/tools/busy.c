@@ -1,6 +1,6 @@
 /*
  * A profiling target: four green threads compute in busy_work() and yield
- * now and then, for about half a second. tests/gdb/check.py perf samples it.
+ * now and then, for about half a second. tests/tools/check.py perf samples it.
  */
 #include <fern/fern.h>
 
