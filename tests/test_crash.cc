@@ -24,6 +24,9 @@ namespace {
 
 using fern_test::ms;
 
+// Address 0x10, out of the compiler's sight (no -Warray-bounds).
+__attribute__((noipa)) volatile int *bad_address() { return (volatile int *)(uintptr_t)16; }
+
 // Run f in a green thread named `name` and join it.
 template <class F> void in_green_thread(const char *name, F f) {
     if (fern_init(nullptr) != 0) _exit(90);
@@ -37,7 +40,7 @@ template <class F> void in_green_thread(const char *name, F f) {
 
 TEST(CrashDeathTest, SegvNamesTheGreenThreadAndStillDiesOfSegv) {
     GTEST_FLAG_SET(death_test_style, "threadsafe");
-    EXPECT_EXIT(in_green_thread("crasher", [] { *(volatile int *)(uintptr_t)16 = 1; }),
+    EXPECT_EXIT(in_green_thread("crasher", [] { *bad_address() = 1; }),
                 ::testing::KilledBySignal(SIGSEGV),
                 "fern: SIGSEGV in green thread [0-9]+ \"crasher\" at address 0x10\n");
 }
@@ -104,7 +107,7 @@ TEST(CrashDeathTest, IgnoredSignals) {
             signal(SIGABRT, SIG_IGN);
             in_green_thread("ignorer", [] {
                 raise(SIGABRT); // sent and ignored: nothing happens
-                *(volatile int *)(uintptr_t)16 = 1;
+                *bad_address() = 1;
             });
         },
         ::testing::KilledBySignal(SIGSEGV), "fern: SIGSEGV in green thread [0-9]+ \"ignorer\" at address 0x10\n");
@@ -156,7 +159,7 @@ TEST(CrashDeathTest, EarlierHandlerRunsInsteadOfTheReport) {
             sa.sa_sigaction = earlier_handler;
             sa.sa_flags = SA_SIGINFO;
             sigaction(SIGSEGV, &sa, nullptr);
-            in_green_thread("crasher", [] { *(volatile int *)(uintptr_t)16 = 1; });
+            in_green_thread("crasher", [] { *bad_address() = 1; });
         },
         ::testing::ExitedWithCode(7), "");
 }
