@@ -119,8 +119,8 @@ static void on_fatal(int sig, siginfo_t *si, void *uc)
 /* ---- the dump signal ---- */
 
 static struct {
-    int sig;              /* 0: none */
-    int fd[2];            /* pipe: the handler writes, the dumper reads */
+    int sig;   /* 0: none */
+    int fd[2]; /* pipe: the handler writes, the dumper reads */
     pthread_t thread;
     struct sigaction old;
 } D = {.fd = {-1, -1}};

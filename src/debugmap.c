@@ -46,13 +46,12 @@ __asm__(".pushsection .debug_gdb_scripts, \"MS\", @progbits, 1\n\t"
         ".popsection");
 
 /* The state numbers the extension names (version 1). */
-_Static_assert(T_NEW == 0 && T_RUNNABLE == 1 && T_RUNNING == 2 && T_PARKED == 3 &&
-                   T_EXITING == 4,
+_Static_assert(T_NEW == 0 && T_RUNNABLE == 1 && T_RUNNING == 2 && T_PARKED == 3 && T_EXITING == 4,
                "thread states changed: bump FERN_DEBUG_MAP_VERSION and gdb/fern-gdb.py");
 
 /* Bump when a field's meaning (not its offset) changes. */
 #define FERN_DEBUG_MAP_VERSION 1
-#define FERN_DEBUG_MAP_MAGIC 0x70616d2d6e726566ull /* "fern-map" */
+#define FERN_DEBUG_MAP_MAGIC   0x70616d2d6e726566ull /* "fern-map" */
 
 #define OFF(type, field) ((uint64_t)offsetof(type, field))
 

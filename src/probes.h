@@ -21,12 +21,12 @@
 
 #ifdef FERN_USDT
 #include <sys/sdt.h>
-#define PROBE1(name, a) DTRACE_PROBE1(fern, name, a)
-#define PROBE2(name, a, b) DTRACE_PROBE2(fern, name, a, b)
+#define PROBE1(name, a)       DTRACE_PROBE1(fern, name, a)
+#define PROBE2(name, a, b)    DTRACE_PROBE2(fern, name, a, b)
 #define PROBE3(name, a, b, c) DTRACE_PROBE3(fern, name, a, b, c)
 #else
-#define PROBE1(name, a) ((void)0)
-#define PROBE2(name, a, b) ((void)0)
+#define PROBE1(name, a)       ((void)0)
+#define PROBE2(name, a, b)    ((void)0)
 #define PROBE3(name, a, b, c) ((void)0)
 #endif
 

@@ -13,39 +13,50 @@
 
 // The sanitizers' own SIGSEGV/SIGBUS/SIGILL/SIGFPE handlers would report
 // first and exit; these tests are about fern's.
-extern "C" const char *__asan_default_options() {
+extern "C" const char *__asan_default_options()
+{
     return "handle_segv=0:handle_sigbus=0:handle_sigill=0:handle_sigfpe=0";
 }
-extern "C" const char *__tsan_default_options() {
+extern "C" const char *__tsan_default_options()
+{
     return "handle_segv=0:handle_sigbus=0:handle_sigill=0:handle_sigfpe=0";
 }
 
-namespace {
+namespace
+{
 
 using fern_test::ms;
 
 // Address 0x10, out of the compiler's sight (no -Warray-bounds).
-__attribute__((noipa)) volatile int *bad_address() { return (volatile int *)(uintptr_t)16; }
+__attribute__((noipa)) volatile int *bad_address()
+{
+    return (volatile int *)(uintptr_t)16;
+}
 
 // Run f in a green thread named `name` and join it.
-template <class F> void in_green_thread(const char *name, F f) {
-    if (fern_init(nullptr) != 0) _exit(90);
+template <class F> void in_green_thread(const char *name, F f)
+{
+    if (fern_init(nullptr) != 0)
+        _exit(90);
     fern_attr a{};
     a.name = name;
     fern_thread *t;
-    if (fern_test::spawn(&t, &a, f) != 0) _exit(91);
+    if (fern_test::spawn(&t, &a, f) != 0)
+        _exit(91);
     fern_join(t, nullptr);
     _exit(92); // not reached: f dies
 }
 
-TEST(CrashDeathTest, SegvNamesTheGreenThreadAndStillDiesOfSegv) {
+TEST(CrashDeathTest, SegvNamesTheGreenThreadAndStillDiesOfSegv)
+{
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     EXPECT_EXIT(in_green_thread("crasher", [] { *bad_address() = 1; }),
                 ::testing::KilledBySignal(SIGSEGV),
                 "fern: SIGSEGV in green thread [0-9]+ \"crasher\" at address 0x10\n");
 }
 
-TEST(CrashDeathTest, Sigbus) {
+TEST(CrashDeathTest, Sigbus)
+{
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     EXPECT_EXIT(in_green_thread("buser",
                                 [] {
@@ -53,32 +64,38 @@ TEST(CrashDeathTest, Sigbus) {
                                     FILE *f = tmpfile();
                                     char *p = (char *)mmap(nullptr, 4096, PROT_READ | PROT_WRITE,
                                                            MAP_SHARED, fileno(f), 0);
-                                    if (p == MAP_FAILED) _exit(93);
+                                    if (p == MAP_FAILED)
+                                        _exit(93);
                                     p[0] = 1;
                                 }),
                 ::testing::KilledBySignal(SIGBUS),
                 "fern: SIGBUS in green thread [0-9]+ \"buser\" at address 0x[0-9a-f]+\n");
 }
 
-TEST(CrashDeathTest, Sigill) {
+TEST(CrashDeathTest, Sigill)
+{
     GTEST_FLAG_SET(death_test_style, "threadsafe");
-    EXPECT_EXIT(in_green_thread("iller", [] { __builtin_trap(); }), ::testing::KilledBySignal(SIGILL),
+    EXPECT_EXIT(in_green_thread("iller", [] { __builtin_trap(); }),
+                ::testing::KilledBySignal(SIGILL),
                 "fern: SIGILL in green thread [0-9]+ \"iller\" at instruction 0x[0-9a-f]+\n");
 }
 
-TEST(CrashDeathTest, Sigfpe) {
+TEST(CrashDeathTest, Sigfpe)
+{
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     // An integer division by zero in assembly: UBSan would catch a C one.
     EXPECT_EXIT(in_green_thread("divider",
                                 [] {
                                     __asm__ volatile("xorl %%ecx, %%ecx\n\tmovl $1, %%eax\n\t"
-                                                     "cltd\n\tidivl %%ecx" ::: "eax", "ecx", "edx");
+                                                     "cltd\n\tidivl %%ecx" ::
+                                                         : "eax", "ecx", "edx");
                                 }),
                 ::testing::KilledBySignal(SIGFPE),
                 "fern: SIGFPE in green thread [0-9]+ \"divider\" at instruction 0x[0-9a-f]+\n");
 }
 
-TEST(CrashDeathTest, AbortNamesTheThreadAndStillAborts) {
+TEST(CrashDeathTest, AbortNamesTheThreadAndStillAborts)
+{
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     EXPECT_EXIT(in_green_thread("aborter", [] { abort(); }), ::testing::KilledBySignal(SIGABRT),
                 "fern: SIGABRT in green thread [0-9]+ \"aborter\"\n");
@@ -86,20 +103,24 @@ TEST(CrashDeathTest, AbortNamesTheThreadAndStillAborts) {
 
 // A signal sent with kill() is not lost by the handler's return: the
 // default action still happens.
-TEST(CrashDeathTest, SentSignalStillKills) {
+TEST(CrashDeathTest, SentSignalStillKills)
+{
     GTEST_FLAG_SET(death_test_style, "threadsafe");
-    EXPECT_EXIT(in_green_thread("target", [] {
-                    raise(SIGSEGV); // sent to this kernel thread, as abort() does
-                    fern_sleep_ns(ms(5000));
-                    _exit(94);
-                }),
-                ::testing::KilledBySignal(SIGSEGV), "fern: SIGSEGV in green thread [0-9]+ \"target\"");
+    EXPECT_EXIT(in_green_thread("target",
+                                [] {
+                                    raise(SIGSEGV); // sent to this kernel thread, as abort() does
+                                    fern_sleep_ns(ms(5000));
+                                    _exit(94);
+                                }),
+                ::testing::KilledBySignal(SIGSEGV),
+                "fern: SIGSEGV in green thread [0-9]+ \"target\"");
 }
 
 // A fault cannot be ignored: with SIGSEGV ignored before fern_init, the
 // report and the death still happen; a sent signal that is ignored stays
 // ignored.
-TEST(CrashDeathTest, IgnoredSignals) {
+TEST(CrashDeathTest, IgnoredSignals)
+{
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     EXPECT_EXIT(
         {
@@ -110,30 +131,37 @@ TEST(CrashDeathTest, IgnoredSignals) {
                 *bad_address() = 1;
             });
         },
-        ::testing::KilledBySignal(SIGSEGV), "fern: SIGSEGV in green thread [0-9]+ \"ignorer\" at address 0x10\n");
+        ::testing::KilledBySignal(SIGSEGV),
+        "fern: SIGSEGV in green thread [0-9]+ \"ignorer\" at address 0x10\n");
 }
 
 // stderr goes to a pipe until restored; read_err returns what arrived.
 struct ErrCapture {
     int fds[2];
     int saved;
-    ErrCapture() {
-        if (pipe2(fds, O_NONBLOCK) != 0) _exit(80);
+    ErrCapture()
+    {
+        if (pipe2(fds, O_NONBLOCK) != 0)
+            _exit(80);
         saved = dup(2);
         dup2(fds[1], 2);
     }
-    std::string read_err() {
+    std::string read_err()
+    {
         std::string s;
         char buf[4096];
         ssize_t n;
-        while ((n = read(fds[0], buf, sizeof buf)) > 0) s.append(buf, (size_t)n);
+        while ((n = read(fds[0], buf, sizeof buf)) > 0)
+            s.append(buf, (size_t)n);
         return s;
     }
     // Wait (up to tries * 10 ms) until `what` appears.
-    bool wait_for(const char *what, std::string &got, int tries = 1000) {
+    bool wait_for(const char *what, std::string &got, int tries = 1000)
+    {
         for (int i = 0; i < tries; i++) {
             got += read_err();
-            if (got.find(what) != std::string::npos) return true;
+            if (got.find(what) != std::string::npos)
+                return true;
             usleep(10000);
         }
         return false;
@@ -143,13 +171,15 @@ struct ErrCapture {
 
 ErrCapture *cap;
 
-void earlier_handler(int, siginfo_t *, void *) {
+void earlier_handler(int, siginfo_t *, void *)
+{
     // Called before any report: stderr has no fern line yet.
     std::string s = cap->read_err();
     _exit(s.find("fern:") == std::string::npos ? 7 : 8);
 }
 
-TEST(CrashDeathTest, EarlierHandlerRunsInsteadOfTheReport) {
+TEST(CrashDeathTest, EarlierHandlerRunsInsteadOfTheReport)
+{
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     EXPECT_EXIT(
         {
@@ -166,29 +196,35 @@ TEST(CrashDeathTest, EarlierHandlerRunsInsteadOfTheReport) {
 
 // Parks a thread named "dumpee", sends `sig`, and exits 0 once its name
 // shows up on stderr (the dump) with the process still alive.
-void dump_child(int sig) {
+void dump_child(int sig)
+{
     alarm(60);
     int r = fern_init(nullptr);
-    if (r != 0 && r != EBUSY) _exit(90);
+    if (r != 0 && r != EBUSY)
+        _exit(90);
     fern_attr a{};
     a.name = "dumpee";
     a.detached = true;
-    if (fern_test::spawn(nullptr, &a, [] { fern_sleep_ns(ms(60000)); }) != 0) _exit(91);
+    if (fern_test::spawn(nullptr, &a, [] { fern_sleep_ns(ms(60000)); }) != 0)
+        _exit(91);
     ErrCapture c;
     std::string got;
     kill(getpid(), sig);
-    if (!c.wait_for("thread 1 \"dumpee\"", got)) _exit(20);
+    if (!c.wait_for("thread 1 \"dumpee\"", got))
+        _exit(20);
     // Each signal gives a dump: the dumper keeps serving, and soon shows
     // the thread parked.
     for (int i = 0; i < 100; i++) {
         got.clear();
         kill(getpid(), sig);
-        if (c.wait_for("\"dumpee\" parked on sleep", got, 10)) _exit(0);
+        if (c.wait_for("\"dumpee\" parked on sleep", got, 10))
+            _exit(0);
     }
     _exit(21);
 }
 
-TEST(DumpSignalDeathTest, SigquitDumpsAndTheProcessGoesOn) {
+TEST(DumpSignalDeathTest, SigquitDumpsAndTheProcessGoesOn)
+{
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     EXPECT_EXIT(
         {
@@ -198,42 +234,52 @@ TEST(DumpSignalDeathTest, SigquitDumpsAndTheProcessGoesOn) {
         ::testing::ExitedWithCode(0), "");
 }
 
-TEST(DumpSignalDeathTest, FernDumpSignalChoosesTheSignal) {
+TEST(DumpSignalDeathTest, FernDumpSignalChoosesTheSignal)
+{
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     EXPECT_EXIT(
         {
             setenv("FERN_DUMP_SIGNAL", "USR2", 1);
-            if (fern_init(nullptr) != 0) _exit(90);
+            if (fern_init(nullptr) != 0)
+                _exit(90);
             struct sigaction q;
             sigaction(SIGQUIT, nullptr, &q);
-            if (q.sa_handler != SIG_DFL) _exit(30); // SIGQUIT left alone
+            if (q.sa_handler != SIG_DFL)
+                _exit(30); // SIGQUIT left alone
             dump_child(SIGUSR2);
         },
         ::testing::ExitedWithCode(0), "");
 }
 
-TEST(DumpSignalDeathTest, OffAndTakenSignalsAreLeftAlone) {
+TEST(DumpSignalDeathTest, OffAndTakenSignalsAreLeftAlone)
+{
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     EXPECT_EXIT(
         {
             struct sigaction q;
             setenv("FERN_DUMP_SIGNAL", "off", 1);
-            if (fern_init(nullptr) != 0) _exit(90);
+            if (fern_init(nullptr) != 0)
+                _exit(90);
             sigaction(SIGQUIT, nullptr, &q);
-            if (q.sa_handler != SIG_DFL) _exit(31);
+            if (q.sa_handler != SIG_DFL)
+                _exit(31);
             fern_shutdown();
             // The program's own handler is kept.
             unsetenv("FERN_DUMP_SIGNAL");
             signal(SIGQUIT, SIG_IGN);
-            if (fern_init(nullptr) != 0) _exit(90);
+            if (fern_init(nullptr) != 0)
+                _exit(90);
             sigaction(SIGQUIT, nullptr, &q);
-            if (q.sa_handler != SIG_IGN) _exit(32);
+            if (q.sa_handler != SIG_IGN)
+                _exit(32);
             fern_shutdown();
             // Shutdown gives the signal back.
             signal(SIGQUIT, SIG_DFL);
-            if (fern_init(nullptr) != 0) _exit(90);
+            if (fern_init(nullptr) != 0)
+                _exit(90);
             sigaction(SIGQUIT, nullptr, &q);
-            if (q.sa_handler == SIG_DFL) _exit(33);
+            if (q.sa_handler == SIG_DFL)
+                _exit(33);
             fern_shutdown();
             sigaction(SIGQUIT, nullptr, &q);
             _exit(q.sa_handler == SIG_DFL ? 0 : 34);

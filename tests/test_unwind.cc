@@ -19,7 +19,8 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace
+{
 
 // The frames of a walk, innermost first.
 struct Walk {
@@ -37,20 +38,24 @@ struct Libunwind {
     int (*get_proc_name)(unw_cursor_t *, char *, size_t, unw_word_t *);
     int (*get_proc_info)(unw_cursor_t *, unw_proc_info_t *);
     bool ok = false;
-    Libunwind() {
+    Libunwind()
+    {
         void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
-        if (!h) return;
+        if (!h)
+            return;
         getcontext = (int (*)(unw_context_t *))dlsym(h, "_Ux86_64_getcontext");
         init_local = (int (*)(unw_cursor_t *, unw_context_t *))dlsym(h, "_ULx86_64_init_local");
         step = (int (*)(unw_cursor_t *))dlsym(h, "_ULx86_64_step");
         get_reg = (int (*)(unw_cursor_t *, int, unw_word_t *))dlsym(h, "_ULx86_64_get_reg");
-        get_proc_name =
-            (int (*)(unw_cursor_t *, char *, size_t, unw_word_t *))dlsym(h, "_ULx86_64_get_proc_name");
-        get_proc_info = (int (*)(unw_cursor_t *, unw_proc_info_t *))dlsym(h, "_ULx86_64_get_proc_info");
+        get_proc_name = (int (*)(unw_cursor_t *, char *, size_t, unw_word_t *))dlsym(
+            h, "_ULx86_64_get_proc_name");
+        get_proc_info =
+            (int (*)(unw_cursor_t *, unw_proc_info_t *))dlsym(h, "_ULx86_64_get_proc_info");
         ok = getcontext && init_local && step && get_reg && get_proc_name && get_proc_info;
     }
 };
-Libunwind &lu() {
+Libunwind &lu()
+{
     static Libunwind l;
     return l;
 }
@@ -59,12 +64,14 @@ Libunwind &lu() {
 // so dladdr-based tools cannot name it).
 uintptr_t entry_lo, entry_hi;
 
-__attribute__((noinline)) Walk libunwind_walk() {
+__attribute__((noinline)) Walk libunwind_walk()
+{
     Walk w;
     unw_cursor_t c;
     unw_context_t ctx;
     Libunwind &l = lu();
-    if (!l.ok) return w;
+    if (!l.ok)
+        return w;
     l.getcontext(&ctx);
     l.init_local(&c, &ctx);
     do {
@@ -82,33 +89,39 @@ __attribute__((noinline)) Walk libunwind_walk() {
     return w;
 }
 
-_Unwind_Reason_Code gcc_step(struct _Unwind_Context *ctx, void *arg) {
+_Unwind_Reason_Code gcc_step(struct _Unwind_Context *ctx, void *arg)
+{
     auto *w = static_cast<Walk *>(arg);
     w->ips.push_back(_Unwind_GetIP(ctx));
     return w->ips.size() > 200 ? _URC_NORMAL_STOP : _URC_NO_REASON;
 }
 
-__attribute__((noinline)) Walk gcc_walk() {
+__attribute__((noinline)) Walk gcc_walk()
+{
     Walk w;
     w.end = _Unwind_Backtrace(gcc_step, &w);
     return w;
 }
 
-__attribute__((noinline)) Walk glibc_walk() {
+__attribute__((noinline)) Walk glibc_walk()
+{
     Walk w;
     void *pcs[200];
     int n = backtrace(pcs, 200);
-    for (int i = 0; i < n; i++) w.ips.push_back((uintptr_t)pcs[i]);
+    for (int i = 0; i < n; i++)
+        w.ips.push_back((uintptr_t)pcs[i]);
     return w;
 }
 
 // The last frame is fern_ctx_entry (a return address points into it, past
 // the call: within (lo, hi]).
-bool ends_at_entry(const Walk &w) {
+bool ends_at_entry(const Walk &w)
+{
     return !w.ips.empty() && entry_lo && w.ips.back() > entry_lo && w.ips.back() <= entry_hi;
 }
 
-TEST(Unwind, LibunwindEndsAtTheEntryTrampoline) {
+TEST(Unwind, LibunwindEndsAtTheEntryTrampoline)
+{
     ASSERT_TRUE(lu().ok) << "libunwind.so.8 not found (libunwind-dev): " << dlerror();
     Walk w;
     ASSERT_EQ(0, fern_test::run_green([&] { w = libunwind_walk(); }));
@@ -118,12 +131,13 @@ TEST(Unwind, LibunwindEndsAtTheEntryTrampoline) {
     EXPECT_LT(w.names.size(), 20u);
 }
 
-TEST(Unwind, LibgccUnwinderEndsAtTheEntryTrampoline) {
+TEST(Unwind, LibgccUnwinderEndsAtTheEntryTrampoline)
+{
     Walk ref, w; // ref: libunwind's walk, for fern_ctx_entry's range
     ASSERT_EQ(0, fern_test::run_green([&] {
-        ref = libunwind_walk();
-        w = gcc_walk();
-    }));
+                  ref = libunwind_walk();
+                  w = gcc_walk();
+              }));
     EXPECT_EQ(_URC_END_OF_STACK, w.end);
     // libgcc reports fern_ctx_entry, then the end: a last frame whose
     // return address is 0 (the undefined rule), as at the bottom of a
@@ -135,12 +149,13 @@ TEST(Unwind, LibgccUnwinderEndsAtTheEntryTrampoline) {
     EXPECT_LT(w.ips.size(), 20u);
 }
 
-TEST(Unwind, GlibcBacktraceEndsAtTheEntryTrampoline) {
+TEST(Unwind, GlibcBacktraceEndsAtTheEntryTrampoline)
+{
     Walk ref, w;
     ASSERT_EQ(0, fern_test::run_green([&] {
-        ref = libunwind_walk();
-        w = glibc_walk();
-    }));
+                  ref = libunwind_walk();
+                  w = glibc_walk();
+              }));
     EXPECT_TRUE(ends_at_entry(w));
     EXPECT_LT(w.ips.size(), 20u);
 }
@@ -148,7 +163,8 @@ TEST(Unwind, GlibcBacktraceEndsAtTheEntryTrampoline) {
 // An exception that escapes the thread's function finds no handler in the
 // green stack and ends the search at the bottom: std::terminate, not a
 // crash while unwinding into the kernel thread's stack.
-TEST(UnwindDeathTest, UncaughtExceptionTerminates) {
+TEST(UnwindDeathTest, UncaughtExceptionTerminates)
+{
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     EXPECT_EXIT(
         {

@@ -68,7 +68,8 @@ static void *main_green(void *arg)
     static const struct {
         const char *name;
         fern_fn fn;
-    } w[] = {{"chan-waiter", wait_on_channel}, {"mutex-waiter", wait_on_mutex},
+    } w[] = {{"chan-waiter", wait_on_channel},
+             {"mutex-waiter", wait_on_mutex},
              {"sleeper", wait_asleep}};
     for (int i = 0; i < 3; i++) {
         fern_attr a = {0, w[i].name, NULL, true};
