@@ -7,7 +7,9 @@
       .debug_gdb_scripts section. info fern-threads lists the three parked
       threads with their states and where each parked; fern-thread NAME bt
       shows the parking function and ends at the entry trampoline; the same
-      again from a core written with gcore.
+      again from a core written with gcore (FERN_GUARD=mprotect) and from a
+      kernel core dump (default guards; where core_pattern writes a file in
+      the cwd, else it says it did not run).
   check.py installed BUILD_DIR CMAKE CC SOURCE
       Installs into a scratch prefix, strips the library (so the embedded
       copy is gone) and proves the installed share/gdb/auto-load file is
@@ -29,7 +31,9 @@
 """
 import os
 import re
+import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -134,6 +138,25 @@ def probes_hit(prog, label):
     check(re.search(r"@@park \d+ \w", out) is not None, "%s: fern:park gives an id and what" % label, out)
 
 
+def kernel_core(prog, tmp):
+    """The program dumps core itself (its SIGTRAP, default guards): the
+    kernel's dump keeps the stacks gcore loses to MADV_GUARD_INSTALL."""
+    with open("/proc/sys/kernel/core_pattern") as f:
+        pattern = f.read().strip()
+    if pattern.startswith("|") or "/" in pattern:
+        print("NOTE: kernel core dump check NOT RUN: core_pattern is %r (not a file in the cwd)" % pattern)
+        return
+    cwd = os.path.join(tmp, "kcore")
+    os.mkdir(cwd)
+    r = subprocess.run([prog], cwd=cwd, capture_output=True, timeout=TIMEOUT,
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY,
+                                                                                    resource.RLIM_INFINITY)))
+    cores = [os.path.join(cwd, c) for c in os.listdir(cwd) if c.startswith("core")]
+    check(r.returncode == -signal.SIGTRAP and cores, "the kernel wrote a core (exit %d)" % r.returncode)
+    if cores:
+        inspect([prog, cores[0]], "kernel core")
+
+
 def live(prog, gcore=True):
     probes_hit(prog, "live")
     if not gcore:
@@ -155,6 +178,7 @@ def live(prog, gcore=True):
         inspect(["-ex", "run", prog], "live")
         if os.path.exists(core):
             inspect([prog, core], "core")
+        kernel_core(prog, tmp)
     finally:
         shutil.rmtree(tmp)
 
