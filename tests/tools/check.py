@@ -261,6 +261,8 @@ def valgrind(prog):
 
 
 def main():
+    if len(sys.argv) < 3:
+        sys.argv[1:] = ["usage"]
     if sys.argv[1] == "live":
         live(sys.argv[2], gcore=sys.argv[3:] != ["nogcore"])
     elif sys.argv[1] == "valgrind":
@@ -270,7 +272,7 @@ def main():
     elif sys.argv[1] == "installed":
         installed(*sys.argv[2:6])
     else:
-        sys.exit("usage: check.py live PROGRAM | installed BUILD CMAKE CC SOURCE")
+        sys.exit("usage: check.py live PROGRAM [nogcore] | installed BUILD CMAKE CC SOURCE | perf PROGRAM PROGRAM_FP | valgrind PROGRAM")
     if failures:
         print("%d check(s) failed" % len(failures))
         sys.exit(1)
