@@ -73,8 +73,7 @@ static bool bias_usable(void)
     if (B.state == 0) {
         B.state = -1;
 #ifndef FERN_TSAN
-        const char *env = getenv("FERN_BIAS");
-        bool off = env && strcmp(env, "0") == 0;
+        bool off = !config.bias;
         long q = membarrier(MEMBARRIER_CMD_QUERY);
         if (!off && q > 0 && (q & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
             membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0)

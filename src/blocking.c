@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #define HELPER_IDLE_NS (10 * 1000000000ll)
-#define HELPERS_DEFAULT 64u
 
 struct job {
     void *(*fn)(void *);
@@ -76,11 +75,8 @@ static void job_publish(void *arg)
 {
     struct job *j = arg;
     pthread_mutex_lock(&BP.mu);
-    if (!BP.max) {
-        const char *s = getenv("FERN_BLOCKING_MAX");
-        long v = s ? strtol(s, NULL, 10) : 0;
-        BP.max = v > 0 && v < 100000 ? (unsigned)v : HELPERS_DEFAULT;
-    }
+    if (!BP.max)
+        BP.max = config.blocking_max;
     j->next = NULL;
     if (BP.tail)
         BP.tail->next = j;

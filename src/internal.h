@@ -278,6 +278,27 @@ struct waiter *waitq_claim_all(fern_waitq *q);
 int waiters_release(struct waiter *chain, int result);
 static inline bool waitq_empty(const fern_waitq *q) { return q->head == NULL; }
 
+/* ---- configuration (config.c): see docs/configuration.md ---- */
+enum { CONFIG_GUARD_AUTO, CONFIG_GUARD_MADVISE, CONFIG_GUARD_MPROTECT, CONFIG_GUARD_CANARY };
+#define CONFIG_BLOCKING_DEFAULT 64u
+#define CONFIG_GUARD_BUDGET_DEFAULT 12000u
+struct config {
+    unsigned workers;          /* of the default cluster */
+    size_t stack_size;         /* default stack size */
+    bool bias;                 /* $FERN_BIAS */
+    unsigned blocking_max;     /* $FERN_BLOCKING_MAX */
+    int guard;                 /* $FERN_GUARD: CONFIG_GUARD_* */
+    uint32_t guard_budget;     /* $FERN_GUARD_BUDGET */
+};
+extern struct config config;
+/* Check cfg and the environment; fill *out, or print one line on stderr
+ * naming the bad setting and return EINVAL. */
+int config_load(const fern_config *cfg, struct config *out);
+/* Start the runtime with the defaults unless it runs (the implicit start of
+ * fern_spawn, fern_run, fern_cluster_create and the I/O calls; `by` names the
+ * call for fern_init's message). Returns 0 or fern_init's error. */
+int runtime_start(const char *by);
+
 /* ---- stacks (stack.c) ---- */
 /* Header kept in the top bytes of the stack's own memory (that page is
  * touched by every thread anyway, so the header costs no page of its own). */
@@ -438,6 +459,7 @@ struct runtime {
     struct fern_cluster *dflt;
     struct fern_cluster *clusters;   /* list, under boot_lock */
     size_t default_stack;
+    const char *started_by;     /* the call that started it implicitly, or NULL */
     uint64_t next_id;
     uint64_t spawned_ext;       /* spawned from plain threads / other clusters */
     /* counters of workers that were stopped (under boot_lock); migrations

@@ -113,6 +113,7 @@ struct fdent {
     uint8_t registered;
     uint8_t pollable;        /* epoll accepted it (regular files are not pollable) */
     uint8_t tcp;             /* a TCP stream socket: a short transfer drains */
+    uint8_t sock;            /* any socket: writes go through send(MSG_NOSIGNAL) */
     uint32_t gen;
     uint32_t rst, wst;       /* per-direction state words (header comment) */
     struct waiter *rw, *ww;
@@ -262,8 +263,8 @@ static struct fdent *io_prepare(int fd)
 {
     if (unlikely(!LOAD(&IO.chunks))) {
         /* Not booted: start the runtime, which creates the poller. */
-        int r = fern_init(NULL);
-        if (r && r != EBUSY) {
+        int r = runtime_start("an I/O call (fern_read, fern_write, fern_accept, ...)");
+        if (r) {
             errno = r;
             return NULL;
         }
@@ -287,11 +288,13 @@ static struct fdent *io_prepare(int fd)
          * EPOLLPRI tells of urgent data, which stops a read short. */
         int type = 0, proto = 0, saved = errno;
         socklen_t tl = sizeof type, pl = sizeof proto;
-        bool tcp = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 && type == SOCK_STREAM &&
+        bool sock = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0;
+        bool tcp = sock && type == SOCK_STREAM &&
                    getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &pl) == 0 &&
                    proto == IPPROTO_TCP;
         errno = saved;
         STORE_RELAXED(&e->tcp, (uint8_t)tcp);
+        STORE_RELAXED(&e->sock, (uint8_t)sock);
         struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET |
                                            (tcp ? EPOLLPRI : 0),
                                  .data.u64 = (uint64_t)(uint32_t)fd | (uint64_t)e->gen << 32};
@@ -647,13 +650,31 @@ int fern_wait_fd(int fd, int events, int64_t deadline_ns)
     }
 }
 
+/* Writes to a socket go through send/sendmsg with MSG_NOSIGNAL: a peer that
+ * has gone makes the call fail with EPIPE instead of raising SIGPIPE, whose
+ * default action would end the whole process for one lost client (every
+ * fern send call adds the flag too). Pipes and other fds keep write's
+ * behaviour. `e` is the entry IO_LOOP prepared. */
+static ssize_t write_nosignal(const struct fdent *e, int fd, const void *buf, size_t n)
+{
+    return LOAD_RELAXED(&e->sock) ? send(fd, buf, n, MSG_NOSIGNAL) : write(fd, buf, n);
+}
+
+static ssize_t writev_nosignal(const struct fdent *e, int fd, const struct iovec *iov, int cnt)
+{
+    if (!LOAD_RELAXED(&e->sock) || cnt < 0)
+        return writev(fd, iov, cnt);
+    struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)cnt};
+    return sendmsg(fd, &m, MSG_NOSIGNAL);
+}
+
 ssize_t fern_read(int fd, void *buf, size_t n)
 {
     IO_LOOP(fd, FERN_READ, st_ask(n), read(fd, buf, n));
 }
 ssize_t fern_write(int fd, const void *buf, size_t n)
 {
-    IO_LOOP(fd, FERN_WRITE, st_ask(n), write(fd, buf, n));
+    IO_LOOP(fd, FERN_WRITE, st_ask(n), write_nosignal(e_, fd, buf, n));
 }
 ssize_t fern_readv(int fd, const struct iovec *iov, int cnt)
 {
@@ -661,7 +682,8 @@ ssize_t fern_readv(int fd, const struct iovec *iov, int cnt)
 }
 ssize_t fern_writev(int fd, const struct iovec *iov, int cnt)
 {
-    IO_LOOP(fd, FERN_WRITE, cnt > 0 ? st_ask_iov(iov, (size_t)cnt) : 0, writev(fd, iov, cnt));
+    IO_LOOP(fd, FERN_WRITE, cnt > 0 ? st_ask_iov(iov, (size_t)cnt) : 0,
+            writev_nosignal(e_, fd, iov, cnt));
 }
 ssize_t fern_recv(int fd, void *buf, size_t n, int flags)
 {

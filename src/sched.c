@@ -866,8 +866,8 @@ int fern_cluster_create(fern_cluster **c, unsigned workers)
 {
     if (!c || workers == 0 || workers > FERN_WORKERS_MAX)
         return EINVAL;
-    int r = fern_init(NULL);
-    if (r && r != EBUSY)
+    int r = runtime_start("fern_cluster_create");
+    if (r)
         return r;
     return cluster_start(c, workers);
 }
@@ -895,54 +895,34 @@ fern_cluster *fern_current_cluster(void)
 
 unsigned fern_cluster_workers(const fern_cluster *c) { return c ? c->nworkers : 0; }
 
-static int env_number(const char *name, unsigned long long *out)
+/* Start the runtime with cfg. `implicit_by` names the call that starts it
+ * with the defaults (runtime_start), or is NULL for fern_init itself. */
+static int runtime_init(const fern_config *cfg, const char *implicit_by)
 {
-    const char *s = getenv(name);
-    if (!s || !*s)
-        return 0;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || s[0] == '-')
-        return EINVAL;
-    *out = v;
-    return 0;
-}
-
-int fern_init(const fern_config *cfg)
-{
-    fern_config c = cfg ? *cfg : (fern_config){0, 0};
-    unsigned long long v = 0;
-    if (c.workers == 0) {
-        if (env_number("FERN_WORKERS", &v))
-            return EINVAL;
-        c.workers = v ? (v > FERN_WORKERS_MAX ? FERN_WORKERS_MAX + 1 : (unsigned)v) : 0;
-        if (c.workers == 0) {
-            long n = sysconf(_SC_NPROCESSORS_ONLN);
-            c.workers = n > 0 ? (unsigned)(n > FERN_WORKERS_MAX ? FERN_WORKERS_MAX : n) : 1;
-        }
-    }
-    if (c.workers > FERN_WORKERS_MAX)
-        return EINVAL;
-    if (c.stack_size == 0) {
-        v = 0;
-        if (env_number("FERN_STACK_SIZE", &v))
-            return EINVAL;
-        c.stack_size = v ? (size_t)v : FERN_STACK_DEFAULT;
-    }
-    size_t rounded;
-    if (stack_class(c.stack_size, &rounded) < 0)
-        return EINVAL;
+    struct config c;
+    int r = config_load(cfg, &c);
+    if (r)
+        return r;
 
     /* A reference, so a static link keeps the debugger's map (and the
      * embedded gdb extension) although nothing reads them in-process. */
     __asm__ volatile("" : : "r"(&fern_debug_map));
     pthread_mutex_lock(&rt.boot_lock);
     if (rt.running) {
+        /* An explicit fern_init that comes after an implicit start would
+         * otherwise fail with a bare EBUSY while the program believes its
+         * configuration is in force: say which call started the runtime. */
+        const char *by = rt.started_by;
         pthread_mutex_unlock(&rt.boot_lock);
+        if (!implicit_by && by)
+            fprintf(stderr,
+                    "fern: fern_init: the runtime is already running: %s started it with the "
+                    "default configuration; call fern_init before the first such call\n",
+                    by);
         return EBUSY;
     }
-    int r = stack_init();
+    config = c;
+    r = stack_init();
     if (r == 0)
         r = signals_install();
     if (r == 0)
@@ -965,9 +945,20 @@ int fern_init(const fern_config *cfg)
     }
     pthread_mutex_lock(&rt.boot_lock);
     rt.dflt = d;
+    rt.started_by = implicit_by;
     STORE(&rt.running, 1);
     pthread_mutex_unlock(&rt.boot_lock);
     return 0;
+}
+
+int fern_init(const fern_config *cfg) { return runtime_init(cfg, NULL); }
+
+int runtime_start(const char *by)
+{
+    if (LOAD(&rt.running))
+        return 0;
+    int r = runtime_init(NULL, by);
+    return r == EBUSY ? 0 : r;
 }
 
 int fern_shutdown(void)
@@ -1000,6 +991,7 @@ int fern_shutdown(void)
                 (unsigned long long)abandoned);
     pthread_mutex_lock(&rt.boot_lock);
     rt.dflt = NULL;
+    rt.started_by = NULL;
     rt.spawned_ext = rt.retired_spawned = rt.retired_exited = 0;
     rt.retired_bound = rt.retired_unbound = 0;
     stack_starved = 0;

@@ -53,7 +53,6 @@
 #endif
 
 #define PAGE ((size_t)4096)
-#define GUARD_BUDGET_DEFAULT 12000u
 #define SLAB_SLOTS_MIN 16u
 #define SLAB_SLOTS_MAX 1024u
 #define GUARD_BATCH 16u
@@ -151,19 +150,15 @@ int stack_init(void)
     if (S.inited)
         return 0;
     memset(&S, 0, sizeof S);
-    const char *g = getenv("FERN_GUARD");
-    const char *b = getenv("FERN_GUARD_BUDGET");
-    S.guard_budget = GUARD_BUDGET_DEFAULT;
-    if (b && *b)
-        S.guard_budget = (uint32_t)strtoul(b, NULL, 10);
-    if (g && strcmp(g, "canary") == 0)
+    S.guard_budget = config.guard_budget;
+    if (config.guard == CONFIG_GUARD_CANARY)
         S.guard_mode = FERN_GUARD_CANARY;
-    else if (g && strcmp(g, "mprotect") == 0)
+    else if (config.guard == CONFIG_GUARD_MPROTECT)
         S.guard_mode = FERN_GUARD_MPROTECT;
     else
         S.guard_mode = guard_install_works() ? FERN_GUARD_MADVISE : FERN_GUARD_MPROTECT;
     /* FERN_GUARD=madvise: MADV_GUARD_INSTALL, but one call per stack. */
-    S.guard_batch = S.guard_mode == FERN_GUARD_MADVISE && !(g && strcmp(g, "madvise") == 0) &&
+    S.guard_batch = S.guard_mode == FERN_GUARD_MADVISE && config.guard != CONFIG_GUARD_MADVISE &&
                     guard_batch_works();
     if (S.guard_mode == FERN_GUARD_MPROTECT && S.guard_budget == 0)
         S.guard_mode = FERN_GUARD_CANARY;

@@ -206,9 +206,9 @@ int fern_spawn(fern_thread **out, const fern_attr *attr, fern_fn fn, void *arg)
     bool detached = attr && attr->detached;
     if (!fn || (!out && !detached))
         return EINVAL;
-    if (!LOAD(&rt.running)) {
-        int r = fern_init(NULL);
-        if (r && r != EBUSY)
+    if (unlikely(!LOAD(&rt.running))) {
+        int r = runtime_start("fern_spawn (or fern_go)");
+        if (r)
             return r;
     }
     size_t ss = attr && attr->stack_size ? attr->stack_size : rt.default_stack;
@@ -380,9 +380,9 @@ int fern_run(fern_fn fn, void *arg, void **ret)
 {
     if (!fn)
         return EINVAL;
-    if (!LOAD(&rt.running)) {
-        int r = fern_init(NULL);
-        if (r && r != EBUSY)
+    if (unlikely(!LOAD(&rt.running))) {
+        int r = runtime_start("fern_run");
+        if (r)
             return r;
     }
     fern_attr a = {0, "main", rt.dflt, false};

@@ -2284,7 +2284,13 @@ void on_sigsys(int, siginfo_t *, void *ucv)
             nanosleep(&pause, nullptr);              // the poller dispatches its edge
         }
     } else {
-        ssize_t r = sendto((int)a0, (const void *)a1, (size_t)a2, MSG_NOSIGNAL, nullptr, 0);
+        // write(2) or send(2) (fern_write on a socket): done with sendmsg,
+        // which the filter lets through.
+        iovec iov = {(void *)a1, (size_t)a2};
+        msghdr m{};
+        m.msg_iov = &iov;
+        m.msg_iovlen = 1;
+        ssize_t r = sendmsg((int)a0, &m, MSG_NOSIGNAL);
         ret = r < 0 ? -errno : r;
         if (r > 0 && (size_t)r < (size_t)a2 && g_trapped_writes.fetch_add(1) == 0) {
             static char junk[1 << 16];
@@ -2305,7 +2311,8 @@ void on_sigsys(int, siginfo_t *, void *ucv)
     errno = saved;
 }
 
-// read(2) and write(2) on kTrapFd raise SIGSYS; everything else passes.
+// read(2), write(2) and sendto(2) (what send(2) is made of) on kTrapFd
+// raise SIGSYS; everything else passes.
 bool trap_reads_and_writes()
 {
     sock_filter f[] = {
@@ -2317,8 +2324,9 @@ bool trap_reads_and_writes()
 #endif
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_read, 2, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_write, 1, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_read, 3, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_write, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendto, 1, 0),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, args[0])), // low half (LE)
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kTrapFd, 1, 0),

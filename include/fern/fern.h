@@ -37,8 +37,8 @@ extern "C" {
 /* Wait without a deadline. */
 #define FERN_FOREVER INT64_MAX
 
-/* Stack sizes accepted by fern_attr.stack_size / fern_config.stack_size
- * (rounded up to the page size). 0 means the default. */
+/* Stack sizes accepted by fern_attr.stack_size / fern_config.stack_size,
+ * rounded up to a power of two (docs/stacks.md). 0 means the default. */
 #define FERN_STACK_MIN ((size_t)16 * 1024)
 #define FERN_STACK_MAX ((size_t)1024 * 1024 * 1024)
 #define FERN_STACK_DEFAULT ((size_t)128 * 1024)
@@ -57,17 +57,21 @@ typedef struct fern_cluster fern_cluster;
 /* Runtime                                                                   */
 /* ------------------------------------------------------------------------ */
 
+/* Every setting, with its environment variable, is in docs/configuration.md. */
 typedef struct fern_config {
     unsigned workers;  /* workers of the default cluster; 0 = $FERN_WORKERS or one per CPU */
     size_t stack_size; /* default stack size; 0 = $FERN_STACK_SIZE or FERN_STACK_DEFAULT */
 } fern_config;
 
-/* Start the runtime: the default cluster and its workers. Optional: fern_run
- * and fern_spawn start it with the defaults when needed.
- * Returns 0; EBUSY if the runtime is already running; EINVAL if cfg asks for
- * more than FERN_WORKERS_MAX workers or a stack size outside
- * [FERN_STACK_MIN, FERN_STACK_MAX] (also for such values in the environment);
- * EAGAIN/ENOMEM if workers or memory could not be had. */
+/* Start the runtime: the default cluster and its workers. Optional: fern_run,
+ * fern_spawn and the other calls listed in docs/configuration.md ("Implicit
+ * start") start it with the defaults when needed; call fern_init before any
+ * of them to choose the configuration.
+ * Returns 0; EINVAL if cfg asks for more than FERN_WORKERS_MAX workers or a
+ * stack size outside [FERN_STACK_MIN, FERN_STACK_MAX], or if a FERN_*
+ * environment variable holds a value that is not accepted (one line on stderr
+ * names the setting, the value and what is accepted); EBUSY if the runtime
+ * is already running; EAGAIN/ENOMEM if workers or memory could not be had. */
 int fern_init(const fern_config *cfg);
 
 /* Run fn(arg) as a green thread on the default cluster (starting the runtime
@@ -468,7 +472,11 @@ typedef struct fern_select_case {
     int result;               /* out: 0, or EPIPE for the case that fired on a closed channel */
 } fern_select_case;
 
-/* Wait until one case can proceed and perform exactly that one (Go's select).
+/* NOTE: unlike every other fern call, fern_select returns a NEGATIVE errno
+ * value on error (-ETIMEDOUT, -EINVAL), because a non-negative return is the
+ * index of the case that fired. Test `r < 0`, not `r != 0`.
+ *
+ * Wait until one case can proceed and perform exactly that one (Go's select).
  * Among cases ready at the same time one is chosen uniformly at random. A
  * receive on a closed, drained channel is ready and fires with result EPIPE;
  * a send on a closed channel is ready and fires with result EPIPE (nothing
@@ -499,7 +507,16 @@ int fern_select(fern_select_case *cases, size_t n, int64_t deadline_ns);
  * absolute deadlines for reads and writes on an fd; a call that would wait
  * past its deadline fails with errno ETIMEDOUT (nothing was transferred). A
  * deadline stays until changed; FERN_FOREVER (the default) removes it.
- * fern_wait_fd takes its own deadline as well. */
+ * fern_wait_fd takes its own deadline as well.
+ *
+ * SIGPIPE: no fern call raises it on a socket. Writing to a socket whose peer
+ * has gone fails with errno EPIPE (fern_write and fern_writev use send(2) /
+ * sendmsg(2) with MSG_NOSIGNAL on sockets; the send calls always add
+ * MSG_NOSIGNAL). A pipe is not a socket: fern_write to a pipe whose reader
+ * has gone raises SIGPIPE as write(2) does, unless the program ignores it.
+ *
+ * The first of these calls starts the runtime with the defaults if it is not
+ * running, also from a plain thread (docs/configuration.md, "Implicit start"). */
 
 #define FERN_READ 1
 #define FERN_WRITE 2

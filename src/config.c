@@ -1,0 +1,176 @@
+/*
+ * Configuration: the runtime's settings from fern_config and the environment,
+ * read and checked in one place. docs/configuration.md is the table of every
+ * setting; keep it and this file in step.
+ *
+ * fern_init calls config_load once, before anything starts. Every value is
+ * checked there, so a mistake is reported when the program starts, not when a
+ * blocking job or the thousandth stack happens to read the setting. An
+ * invalid value prints exactly one line on stderr,
+ *
+ *     fern: FERN_WORKERS="abc" is not valid: expected a whole number from 1 to 256 ...
+ *
+ * naming the variable (or the fern_config field), the value as given and what
+ * is accepted, and fern_init fails with EINVAL. Unset or empty variables mean
+ * the default. fern_init stores the checked values in `config` under the
+ * boot lock before any worker exists, and the parts of the runtime read them
+ * from there; nothing writes `config` while the runtime runs.
+ *
+ * Sizes take an optional k, m or g suffix (either case, powers of 1024:
+ * 64k = 65536); counts are plain decimal numbers. Leading or trailing
+ * spaces, signs, and values that overflow are rejected, not guessed at.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct config config;
+
+static int invalid(const char *name, const char *value, const char *accepted)
+{
+    fprintf(stderr, "fern: %s=\"%s\" is not valid: expected %s\n", name, value, accepted);
+    return EINVAL;
+}
+
+/* Decimal digits with an optional k/m/g suffix when `suffixes`. */
+static bool parse_number(const char *s, bool suffixes, unsigned long long *out)
+{
+    if (*s < '0' || *s > '9')
+        return false;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno)
+        return false;
+    if (suffixes && *end) {
+        unsigned shift = 0;
+        switch (*end) {
+        case 'k': case 'K': shift = 10; break;
+        case 'm': case 'M': shift = 20; break;
+        case 'g': case 'G': shift = 30; break;
+        default: return false;
+        }
+        if (v > (~0ull >> shift))
+            return false;
+        v <<= shift;
+        end++;
+    }
+    if (*end)
+        return false;
+    *out = v;
+    return true;
+}
+
+static const char *env(const char *name)
+{
+    const char *s = getenv(name);
+    return s && *s ? s : NULL;
+}
+
+/* A count in [min, max] from the environment; *out untouched if unset. */
+static int env_count(const char *name, unsigned long long min, unsigned long long max,
+                     const char *accepted, unsigned long long *out)
+{
+    const char *s = env(name);
+    unsigned long long v;
+    if (!s)
+        return 0;
+    if (!parse_number(s, false, &v) || v < min || v > max)
+        return invalid(name, s, accepted);
+    *out = v;
+    return 0;
+}
+
+/* One of `choices` (a NULL-terminated list) from the environment; *out is
+ * its index, untouched if unset. */
+static int env_choice(const char *name, const char *const *choices, const char *accepted,
+                      int *out)
+{
+    const char *s = env(name);
+    if (!s)
+        return 0;
+    for (int i = 0; choices[i]; i++)
+        if (strcmp(s, choices[i]) == 0) {
+            *out = i;
+            return 0;
+        }
+    return invalid(name, s, accepted);
+}
+
+#define STACK_ACCEPTED "a size from 16k to 1g (bytes, or with a k, m or g suffix)"
+#define WORKERS_ACCEPTED "a whole number from 0 (one worker per CPU) to 256"
+
+static int stack_size_ok(size_t v) { return stack_class(v, NULL) >= 0; }
+
+int config_load(const fern_config *cfg, struct config *out)
+{
+    fern_config c = cfg ? *cfg : (fern_config){0, 0};
+    char given[32];
+    int r = 0;
+
+    if (c.workers > FERN_WORKERS_MAX) {
+        snprintf(given, sizeof given, "%u", c.workers);
+        r = invalid("fern_config.workers", given,
+                    "0 (the default: $FERN_WORKERS or one per CPU) or 1 to 256");
+    }
+    if (!r && c.stack_size && !stack_size_ok(c.stack_size)) {
+        snprintf(given, sizeof given, "%zu", c.stack_size);
+        r = invalid("fern_config.stack_size", given,
+                    "0 (the default: $FERN_STACK_SIZE or 128 KiB) or 16384 to 1073741824");
+    }
+    if (r)
+        return r;
+
+    /* A variable is read only where fern_config leaves the setting at 0:
+     * an explicit configuration does not depend on the environment. */
+    unsigned long long v = 0;
+    if (c.workers == 0) {
+        if ((r = env_count("FERN_WORKERS", 0, FERN_WORKERS_MAX, WORKERS_ACCEPTED, &v)))
+            return r;
+        c.workers = (unsigned)v;
+    }
+    if (c.workers == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        c.workers = n > 0 ? (unsigned)(n > FERN_WORKERS_MAX ? FERN_WORKERS_MAX : n) : 1;
+    }
+    const char *s = c.stack_size ? NULL : env("FERN_STACK_SIZE");
+    if (s && (!parse_number(s, true, &v) || v > FERN_STACK_MAX || !stack_size_ok((size_t)v)))
+        return invalid("FERN_STACK_SIZE", s, STACK_ACCEPTED);
+    if (c.stack_size == 0)
+        c.stack_size = s ? (size_t)v : FERN_STACK_DEFAULT;
+
+    struct config n = {.workers = c.workers, .stack_size = c.stack_size, .bias = true,
+                       .blocking_max = CONFIG_BLOCKING_DEFAULT, .guard = CONFIG_GUARD_AUTO,
+                       .guard_budget = CONFIG_GUARD_BUDGET_DEFAULT};
+    static const char *const bias_choices[] = {"0", "1", NULL};
+    int bias = 1;
+    if ((r = env_choice("FERN_BIAS", bias_choices, "0 (off) or 1 (on, the default)", &bias)))
+        return r;
+    n.bias = bias == 1;
+
+    v = n.blocking_max;
+    if ((r = env_count("FERN_BLOCKING_MAX", 1, 99999, "a whole number from 1 to 99999 (default 64)",
+                       &v)))
+        return r;
+    n.blocking_max = (unsigned)v;
+
+    static const char *const guard_choices[] = {"auto", "madvise", "mprotect", "canary", NULL};
+    int guard = CONFIG_GUARD_AUTO;
+    if ((r = env_choice("FERN_GUARD", guard_choices,
+                        "auto (the default), madvise, mprotect or canary", &guard)))
+        return r;
+    n.guard = guard;
+
+    v = n.guard_budget;
+    if ((r = env_count("FERN_GUARD_BUDGET", 0, 1000000,
+                       "a whole number from 0 to 1000000 (default 12000)", &v)))
+        return r;
+    n.guard_budget = (uint32_t)v;
+
+    *out = n;
+    return 0;
+}
