@@ -533,6 +533,14 @@ int fern_fd_set_deadline(int fd, int64_t read_deadline, int64_t write_deadline);
  * the same direction on fd (one reader and one writer per fd). */
 int fern_wait_fd(int fd, int events, int64_t deadline_ns);
 
+/* Reads and writes that park instead of blocking: read(2), write(2),
+ * readv(2), writev(2), recv(2), send(2), recvfrom(2), sendto(2), recvmsg(2)
+ * and sendmsg(2) with the same arguments and results, -1 with errno on
+ * error; ETIMEDOUT when the call would wait past the fd's deadline (nothing
+ * transferred); EBADF when the fd is closed with fern_close while the call
+ * waits. MSG_DONTWAIT in flags makes one attempt, without parking. The send
+ * calls, and fern_write/fern_writev on sockets, never raise SIGPIPE: EPIPE
+ * instead (above). */
 ssize_t fern_read(int fd, void *buf, size_t n);
 ssize_t fern_write(int fd, const void *buf, size_t n);
 ssize_t fern_readv(int fd, const struct iovec *iov, int iovcnt);

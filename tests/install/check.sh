@@ -90,6 +90,32 @@ cmake_package() {
 }
 check cmake-package-c-and-cxx cmake_package
 
+# One version everywhere (CHANGELOG.md, "Versioning"): fern.pc, fern.h's
+# FERN_VERSION_MAJOR/MINOR, and the soname (major.minor before 1.0, then major).
+versions_agree() {
+    v=$(pkg-config --modversion fern) || return 1
+    major=${v%%.*}
+    rest=${v#*.}
+    minor=${rest%%.*}
+    h=$(printf '#include <fern/fern.h>\nFERN_VERSION_MAJOR.FERN_VERSION_MINOR\n' |
+        $CC -E -P $(pkg-config --cflags fern) - | tail -n 1 | tr -d ' ')
+    if [ "$major" = 0 ]; then want="libfern.so.0.$minor"; else want="libfern.so.$major"; fi
+    soname=$(readelf -d "$libdir/libfern.so" | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')
+    echo "fern.pc $v, fern.h $h, soname $soname (want $want)"
+    [ "$h" = "$major.$minor" ] && [ "$soname" = "$want" ] && [ -e "$libdir/$want" ]
+}
+check versions-agree versions_agree
+
+# The man pages are installed where man finds them: `man fern_spawn`.
+man_pages() {
+    n=$(ls "$prefix"/share/man/man3/fern_*.3 | wc -l)
+    exported=$(nm -D --defined-only "$libdir/libfern.so" | awk '$2 == "T" && $3 ~ /^fern_/' | wc -l)
+    echo "$n pages, $exported exported functions"
+    [ "$n" -eq "$exported" ] && [ -f "$prefix/share/man/man3/fern.3" ] &&
+    MANPATH="$prefix/share/man" man -w fern_spawn | grep -q "$prefix/share/man/man3/fern_spawn.3"
+}
+check man-pages man_pages
+
 # The exported fern::fern names the include directory once.
 include_once() {
     line=$(grep -A6 'add_library(fern::fern SHARED' "$libdir"/cmake/fern/fernTargets.cmake |
