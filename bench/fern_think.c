@@ -1,9 +1,11 @@
 /* think, fern: N green threads with attr.stack_size = 1 MiB each touch
  * 900 KiB of their stack (one write per 4 KiB page) and return; windows of
  * 1000 (spawn 1000, join 1000) from a green thread, default workers.
- * Baseline: N plain calls doing the same on the main stack (before the
- * runtime starts). Peak RSS = VmHWM of the process. */
+ * Baseline: N plain calls doing the same, before the runtime starts, spread
+ * over one kernel thread per worker (think_baseline.h), so both sides use
+ * the same CPUs. Peak RSS = VmHWM of the process. */
 #include "bench_common.h"
+#include "think_baseline.h"
 
 #include <fern/fern.h>
 
@@ -52,10 +54,8 @@ static void *main_green(void *arg)
 int main(int argc, char **argv)
 {
     n = bench_arg(argc, argv, 1000000);
-    int64_t b0 = bench_now_ns();
-    for (long i = 0; i < n; i++)
-        bench_touch_stack(TOUCH);
-    base_ns = bench_now_ns() - b0;
+    /* fern's default cluster has one worker per online CPU. */
+    base_ns = think_baseline(n, think_cpus());
     int rc = fern_run(main_green, NULL, NULL);
     if (rc)
         bench_die("fern_run", rc);

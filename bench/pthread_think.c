@@ -1,10 +1,12 @@
 /* think, pthreads: N kernel threads with 1 MiB stacks, each touches 900 KiB
  * of its stack (one write per 4 KiB page) and returns; windows of 1000
  * (create 1000, join 1000). Default N = 10,000 (not one million: at ~0.3 ms
- * per thread that would take ~5 minutes). Baseline: N plain calls doing the same on
- * the main stack. glibc caches freed thread stacks (up to 40 MiB) but gives
+ * per thread that would take ~5 minutes). Baseline: N plain calls doing the
+ * same, spread over one kernel thread per CPU (think_baseline.h): the
+ * threads measured run on every CPU too. glibc caches freed thread stacks (up to 40 MiB) but gives
  * their pages back with MADV_DONTNEED, so each thread faults its pages in. */
 #include "bench_common.h"
+#include "think_baseline.h"
 
 #include <pthread.h>
 
@@ -20,10 +22,7 @@ static void *body(void *arg)
 int main(int argc, char **argv)
 {
     long n = bench_arg(argc, argv, 10000);
-    int64_t b0 = bench_now_ns();
-    for (long i = 0; i < n; i++)
-        bench_touch_stack(TOUCH);
-    int64_t base = bench_now_ns() - b0;
+    int64_t base = think_baseline(n, think_cpus());
 
     pthread_attr_t attr;
     pthread_attr_init(&attr);

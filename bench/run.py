@@ -113,9 +113,11 @@ SCENARIOS = {
                      ("peak_rss_mib", "lower")],
         "notes": [
             "Each thread writes one byte per 4 KiB page over 900 KiB of its stack (top down), then returns; "
-            "windows of 1000 (spawn 1000, join 1000). Baseline = the same number of plain calls on the main stack, "
-            "in the same process; ratio_to_baseline = threads time / baseline time.",
-            "fern: attr.stack_size = 1 MiB, default workers (one per CPU, so threads may run on 2 CPUs while the baseline uses 1). "
+            "windows of 1000 (spawn 1000, join 1000). Baseline = the same number of plain calls in the same process, "
+            "spread over as many kernel threads as the runtime uses CPUs (one per CPU for fern, pthread and Go; one for "
+            "boost, whose fibers share one thread), so both sides use the same CPUs; "
+            "ratio_to_baseline = threads time / baseline time.",
+            "fern: attr.stack_size = 1 MiB, default workers (one per CPU). "
             "go: an assembly function with a 900 KiB frame (the goroutine stack grows to 1 MiB), default GOMAXPROCS. "
             "boost: fixedsize_stack(1 MiB), 10,000 fibers (glibc returns each freed window to the kernel, so every fiber "
             "faults its pages in; 1,000,000 would take ~10 minutes). pthread: 1 MiB stacks, 10,000 threads.",

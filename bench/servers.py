@@ -737,14 +737,19 @@ def plots(data, outdir):
     for i, (s, c) in enumerate(panels):
         sc = data["scenarios"][s]
         for row, k in enumerate(("rps", "rps_per_cpu_s")):
-            names, vals = [], []
+            names, vals, lo, hi = [], [], [], []
             for rt in sc["runtimes"]:
                 v = med(data, s, rt, c, k)
                 if v:
+                    st = sc["results"][rt]["stats"][c][k]
                     names.append(rt)
                     vals.append(v)
+                    lo.append(v - st.get("min", v))
+                    hi.append(st.get("max", v) - v)
             ax = axes[row][i]
-            ax.bar(names, vals, color=["#2a7" if n == "fern" else "#888" for n in names])
+            # Error bars: the range (min to max) of the runs; the bar is the median.
+            ax.bar(names, vals, yerr=[lo, hi], capsize=2,
+                   color=["#2a7" if n == "fern" else "#888" for n in names])
             ax.set_title("%s %s\n%s" % (s, c, "req/s" if k == "rps" else "req per server CPU-s"), fontsize=8)
             ax.tick_params(axis="x", labelrotation=60, labelsize=7)
     fig.tight_layout()

@@ -1,9 +1,11 @@
 // think, Go: N goroutines each touch 900 KiB of stack (the goroutine's stack
 // grows to 1 MiB) and return; windows of 1000 (start 1000, wait for them).
-// Baseline: N calls of the same function on the main goroutine.
+// Baseline: N calls of the same function spread over GOMAXPROCS goroutines
+// running at once, so the baseline uses the same CPUs as the goroutines.
 package main
 
 import (
+	"runtime"
 	"sync"
 	"time"
 
@@ -12,10 +14,20 @@ import (
 
 func main() {
 	n := util.Arg(1000000)
+	procs := runtime.GOMAXPROCS(0)
+	share := (n + procs - 1) / procs
+	var bwg sync.WaitGroup
 	b0 := time.Now()
-	for i := 0; i < n; i++ {
-		util.Touch900K()
+	for p := 0; p < procs; p++ {
+		bwg.Add(1)
+		go func() {
+			for i := 0; i < share; i++ {
+				util.Touch900K()
+			}
+			bwg.Done()
+		}()
 	}
+	bwg.Wait()
 	base := time.Since(b0)
 	const window = 1000
 	var wg sync.WaitGroup
