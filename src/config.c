@@ -23,6 +23,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,6 +171,12 @@ int config_load(const fern_config *cfg, struct config *out)
                        "a whole number from 0 to 1000000 (default 12000)", &v)))
         return r;
     n.guard_budget = (uint32_t)v;
+
+    const char *d = env("FERN_DUMP_SIGNAL");
+    n.dump_signal = SIGQUIT;
+    if (d && (n.dump_signal = crash_signal_parse(d)) < 0)
+        return invalid("FERN_DUMP_SIGNAL", d,
+                       "a signal name (QUIT, USR1, SIGUSR2, HUP, ...) or number, or off (0)");
 
     *out = n;
     return 0;

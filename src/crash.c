@@ -27,6 +27,8 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static const struct {
@@ -147,31 +149,31 @@ static void *dumper(void *arg)
     }
 }
 
-/* FERN_DUMP_SIGNAL: unset = SIGQUIT; 0/off/none = no dump signal. */
-static int dump_signal_choice(void)
+/* A FERN_DUMP_SIGNAL value (config.c checks it when fern_init runs): "off",
+ * "none" or "0" = 0, a name with or without "SIG" from signames, or a number
+ * in 1..NSIG-1. Returns the signal, 0 for none, -1 if s is none of those. */
+int crash_signal_parse(const char *s)
 {
-    const char *s = getenv("FERN_DUMP_SIGNAL");
-    if (!s || !*s)
-        return SIGQUIT;
     if (!strcmp(s, "off") || !strcmp(s, "none"))
         return 0;
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (*end == 0)
-        return v > 0 && v < NSIG ? (int)v : 0;
+    if (*s >= '0' && *s <= '9') {
+        char *end;
+        long v = strtol(s, &end, 10);
+        return *end == 0 && v >= 0 && v < NSIG ? (int)v : -1;
+    }
     if (!strncmp(s, "SIG", 3))
         s += 3;
     for (size_t i = 0; i < sizeof signames / sizeof signames[0]; i++)
         if (!strcmp(signames[i].name + 3, s))
             return signames[i].sig;
-    return 0;
+    return -1;
 }
 
 static void dump_start(void)
 {
     if (D.sig)
         return; /* still running from an earlier fern_init that failed */
-    int sig = dump_signal_choice();
+    int sig = config.dump_signal;
     struct sigaction cur;
     if (!sig || sigaction(sig, NULL, &cur) ||
         ((cur.sa_flags & SA_SIGINFO) ? cur.sa_sigaction != NULL : cur.sa_handler != SIG_DFL))

@@ -289,11 +289,14 @@ struct config {
     unsigned blocking_max;     /* $FERN_BLOCKING_MAX */
     int guard;                 /* $FERN_GUARD: CONFIG_GUARD_* */
     uint32_t guard_budget;     /* $FERN_GUARD_BUDGET */
+    int dump_signal;           /* $FERN_DUMP_SIGNAL: the signal, 0 for none */
 };
 extern struct config config;
 /* Check cfg and the environment; fill *out, or print one line on stderr
  * naming the bad setting and return EINVAL. */
 int config_load(const fern_config *cfg, struct config *out);
+/* FERN_DUMP_SIGNAL's syntax (crash.c): the signal, 0 for none, -1 invalid. */
+int crash_signal_parse(const char *s);
 /* Start the runtime with the defaults unless it runs (the implicit start of
  * fern_spawn, fern_run, fern_cluster_create and the I/O calls; `by` names the
  * call for fern_init's message). Returns 0 or fern_init's error. */

@@ -17,8 +17,9 @@ using namespace fern_test;
 
 namespace {
 
-const char *const kVars[] = {"FERN_WORKERS",      "FERN_STACK_SIZE", "FERN_BIAS",
-                             "FERN_BLOCKING_MAX", "FERN_GUARD",      "FERN_GUARD_BUDGET"};
+const char *const kVars[] = {"FERN_WORKERS", "FERN_STACK_SIZE",   "FERN_BIAS",
+                             "FERN_BLOCKING_MAX", "FERN_GUARD", "FERN_GUARD_BUDGET",
+                             "FERN_DUMP_SIGNAL"};
 
 // Every test starts with the runtime stopped and no FERN_ variable set, and
 // leaves the environment as it found it.
@@ -113,6 +114,7 @@ TEST_F(Config, ValidValuesPrintNothing) {
     setenv("FERN_BLOCKING_MAX", "8", 1);
     setenv("FERN_GUARD", "auto", 1);
     setenv("FERN_GUARD_BUDGET", "100", 1);
+    setenv("FERN_DUMP_SIGNAL", "SIGUSR2", 1);
     int rc = -1;
     EXPECT_EQ("", init_stderr(nullptr, &rc));
     ASSERT_EQ(0, rc);
@@ -172,6 +174,11 @@ TEST_F(Config, OtherVariablesRejected) {
     expect_rejected("FERN_BLOCKING_MAX", "many", "a whole number from 1 to 99999 (default 64)");
     expect_rejected("FERN_GUARD", "page", "auto (the default), madvise, mprotect or canary");
     expect_rejected("FERN_GUARD_BUDGET", "12e3", "a whole number from 0 to 1000000 (default 12000)");
+    const char *sig = "a signal name (QUIT, USR1, SIGUSR2, HUP, ...) or number, or off (0)";
+    expect_rejected("FERN_DUMP_SIGNAL", "USR3", sig);
+    expect_rejected("FERN_DUMP_SIGNAL", "-1", sig);
+    expect_rejected("FERN_DUMP_SIGNAL", "999", sig);
+    expect_rejected("FERN_DUMP_SIGNAL", "12x", sig);
 }
 
 TEST_F(Config, ConfigFieldsRejected) {
