@@ -7,3 +7,25 @@ add_executable(fern-memcached
 target_link_libraries(fern-memcached PRIVATE fern)
 target_compile_definitions(fern-memcached PRIVATE _GNU_SOURCE)
 target_compile_options(fern-memcached PRIVATE -Wall -Wextra -Werror)
+
+# End-to-end tests. Each runs against fern-memcached and, as the proof that
+# the checks are right, against memcached itself (Debian `memcached`;
+# memccapable is Debian `libmemcached-tools`; .ci/run installs both). A
+# missing program fails the test: none of them skips.
+if(FERN_BUILD_TESTS)
+  set(FERN_MC_CHECK ${CMAKE_SOURCE_DIR}/tests/servers/memcached_check.py)
+  find_program(FERN_MEMCACHED_REFERENCE memcached)
+  if(NOT FERN_MEMCACHED_REFERENCE)
+    set(FERN_MEMCACHED_REFERENCE memcached)
+  endif()
+  add_test(NAME memcached_memccapable
+    COMMAND python3 ${FERN_MC_CHECK} fern $<TARGET_FILE:fern-memcached> --memccapable)
+  add_test(NAME memcached_memccapable_reference
+    COMMAND python3 ${FERN_MC_CHECK} memcached ${FERN_MEMCACHED_REFERENCE} --memccapable)
+  add_test(NAME memcached_check COMMAND python3 ${FERN_MC_CHECK} fern $<TARGET_FILE:fern-memcached>)
+  add_test(NAME memcached_check_reference
+    COMMAND python3 ${FERN_MC_CHECK} memcached ${FERN_MEMCACHED_REFERENCE})
+  set_tests_properties(memcached_memccapable memcached_memccapable_reference memcached_check
+    memcached_check_reference PROPERTIES LABELS servers TIMEOUT 300
+    ENVIRONMENT "TSAN_OPTIONS=halt_on_error=1 second_deadlock_stack=1;ASAN_OPTIONS=detect_leaks=1:abort_on_error=0;UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+endif()
