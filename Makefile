@@ -49,7 +49,7 @@ test-install: build
 test-servers: build
 	sh tests/servers/check.sh build/release
 
-# libFuzzer on the HTTP parser for a bounded time (needs clang).
+# libFuzzer on the HTTP and memcached parsers, FUZZ_TIME seconds each (needs clang).
 FUZZ_TIME ?= 60
 test-fuzz:
 	sh tests/fuzz/run.sh $(FUZZ_TIME)

@@ -1,12 +1,14 @@
 #!/bin/sh
-# Build the HTTP parser fuzz target with clang (libFuzzer + ASan + UBSan) and
-# run it for a bounded time over the seed corpus. Skips (exit 0) without clang
-# or without libFuzzer's runtime.
+# Build the parser fuzz targets with clang (libFuzzer + ASan + UBSan) and run
+# each for a bounded time over its seed corpus: the HTTP parser
+# (examples/http_parser.c) and fern-memcached's ASCII and binary parsers
+# (examples/memcached/). Skips (exit 0) without clang or without libFuzzer's
+# runtime.
 #
-#   tests/fuzz/run.sh [SECONDS]        (default 60; or $FUZZ_TIME)
+#   tests/fuzz/run.sh [SECONDS]        (per target; default 60; or $FUZZ_TIME)
 #
 # New inputs libFuzzer finds go to a scratch corpus under $FUZZ_OUT (default
-# a temporary directory), never into tests/fuzz/corpus/. A crash leaves its
+# a temporary directory), never into tests/fuzz/corpus*/. A crash leaves its
 # input in $FUZZ_OUT and makes the script fail.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -20,24 +22,34 @@ if ! command -v "$CLANG" >/dev/null 2>&1; then
 fi
 
 out=${FUZZ_OUT:-$(mktemp -d /tmp/fern-fuzz.XXXXXX)}
-mkdir -p "$out/corpus"
-bin="$out/http_parser_fuzz"
-if ! "$CLANG" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-        -I"$root/examples" -o "$bin" \
-        "$here/http_parser_fuzz.c" "$root/examples/http_parser.c" 2>"$out/build.log"; then
-    if grep -q -e 'libclang_rt.fuzzer' -e 'fuzzer' "$out/build.log"; then
-        echo "fuzz: skipped: $CLANG cannot link -fsanitize=fuzzer (install libclang-rt-dev)"
-        cat "$out/build.log" >&2
-        exit 0
-    fi
-    cat "$out/build.log" >&2
-    echo "fuzz: build failed" >&2
-    exit 1
-fi
 
-echo "fuzz: running $bin for ${secs}s (scratch corpus $out/corpus)"
-cd "$out"
-"$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=16384 \
-    -dict="$here/http.dict" -print_final_stats=1 \
-    "$out/corpus" "$here/corpus"
+# fuzz NAME SEED_CORPUS DICT MAX_LEN SOURCES...
+fuzz() {
+    name=$1 seeds=$2 dict=$3 maxlen=$4
+    shift 4
+    mkdir -p "$out/$name/corpus"
+    bin="$out/$name/$name"
+    if ! "$CLANG" -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+            -I"$root/examples" -o "$bin" "$@" 2>"$out/$name/build.log"; then
+        if grep -q -e 'libclang_rt.fuzzer' -e 'fuzzer' "$out/$name/build.log"; then
+            echo "fuzz: skipped: $CLANG cannot link -fsanitize=fuzzer (install libclang-rt-dev)"
+            cat "$out/$name/build.log" >&2
+            exit 0
+        fi
+        cat "$out/$name/build.log" >&2
+        echo "fuzz: build of $name failed" >&2
+        exit 1
+    fi
+    echo "fuzz: running $bin for ${secs}s (scratch corpus $out/$name/corpus)"
+    (cd "$out/$name" && "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
+        -max_len="$maxlen" ${dict:+-dict="$dict"} -print_final_stats=1 \
+        "$out/$name/corpus" "$seeds")
+}
+
+fuzz http_parser_fuzz "$here/corpus" "$here/http.dict" 16384 \
+    "$here/http_parser_fuzz.c" "$root/examples/http_parser.c"
+fuzz mc_ascii_parse_fuzz "$here/corpus_mc_ascii" "$here/mc_ascii.dict" 4096 \
+    "$here/mc_ascii_parse_fuzz.c" "$root/examples/memcached/ascii_parse.c"
+fuzz mc_binary_parse_fuzz "$here/corpus_mc_binary" "" 4096 \
+    "$here/mc_binary_parse_fuzz.c" "$root/examples/memcached/binary_parse.c"
 echo "fuzz: ok"
