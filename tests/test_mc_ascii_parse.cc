@@ -61,13 +61,13 @@ TEST(McAsciiParse, StorageLimits)
     ASSERT_EQ(parse("set k 4294967295 2147483647 2147483645", &c), MC_PARSE_OK);
     EXPECT_EQ(c.flags, 4294967295u);
     EXPECT_EQ(c.bytes, MC_VALUE_LEN_MAX);
-    EXPECT_EQ(parse("set k 4294967296 0 1", &c), MC_PARSE_FORMAT);    // flags > 32 bits
-    EXPECT_EQ(parse("set k 0 2147483648 1", &c), MC_PARSE_FORMAT);    // exptime > int32
-    EXPECT_EQ(parse("set k 0 0 -1", &c), MC_PARSE_FORMAT);            // negative length
-    EXPECT_EQ(parse("set k 0 0 2147483646", &c), MC_PARSE_FORMAT);    // length + 2 overflows
+    EXPECT_EQ(parse("set k 4294967296 0 1", &c), MC_PARSE_FORMAT); // flags > 32 bits
+    EXPECT_EQ(parse("set k 0 2147483648 1", &c), MC_PARSE_FORMAT); // exptime > int32
+    EXPECT_EQ(parse("set k 0 0 -1", &c), MC_PARSE_FORMAT);         // negative length
+    EXPECT_EQ(parse("set k 0 0 2147483646", &c), MC_PARSE_FORMAT); // length + 2 overflows
     EXPECT_EQ(parse("set k abc 0 1", &c), MC_PARSE_FORMAT);
     EXPECT_EQ(parse("set k 0 0 1x", &c), MC_PARSE_FORMAT);
-    EXPECT_EQ(parse("set k 0 0", &c), MC_PARSE_UNKNOWN);              // arity
+    EXPECT_EQ(parse("set k 0 0", &c), MC_PARSE_UNKNOWN); // arity
     EXPECT_EQ(parse("set k 0 0 1 noreply extra", &c), MC_PARSE_UNKNOWN);
     EXPECT_EQ(parse("set " + std::string(251, 'k') + " 0 0 1", &c), MC_PARSE_FORMAT);
     ASSERT_EQ(parse("set " + std::string(250, 'k') + " 0 0 1", &c), MC_PARSE_OK);

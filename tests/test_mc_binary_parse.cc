@@ -69,9 +69,9 @@ TEST(McBinaryParse, Shapes)
     EXPECT_FALSE(quiet);
     EXPECT_EQ(check(MC_BIN_GETKQ, 3, 0, 3, &kind, &quiet), MC_BIN_OK);
     EXPECT_TRUE(quiet);
-    EXPECT_EQ(check(MC_BIN_GET, 0, 0, 0), MC_BIN_EINVAL);  // key required
-    EXPECT_EQ(check(MC_BIN_GET, 3, 0, 4), MC_BIN_EINVAL);  // no value allowed
-    EXPECT_EQ(check(MC_BIN_GET, 3, 4, 7), MC_BIN_EINVAL);  // no extras allowed
+    EXPECT_EQ(check(MC_BIN_GET, 0, 0, 0), MC_BIN_EINVAL); // key required
+    EXPECT_EQ(check(MC_BIN_GET, 3, 0, 4), MC_BIN_EINVAL); // no value allowed
+    EXPECT_EQ(check(MC_BIN_GET, 3, 4, 7), MC_BIN_EINVAL); // no extras allowed
     EXPECT_EQ(check(MC_BIN_SETQ, 1, 8, 100, &kind, &quiet), MC_BIN_OK);
     EXPECT_EQ(kind, MC_BK_STORE);
     EXPECT_TRUE(quiet);
@@ -106,7 +106,7 @@ TEST(McBinaryParse, Errors)
     EXPECT_EQ(check(0xff, 0, 0, 0), MC_BIN_UNKNOWN_COMMAND);
     EXPECT_EQ(check(MC_BIN_GET, 251, 0, 251), MC_BIN_EINVAL); // key over 250
     EXPECT_EQ(check(MC_BIN_GET, 250, 0, 250), MC_BIN_OK);
-    EXPECT_EQ(check(MC_BIN_SET, 10, 8, 17), MC_BIN_EINVAL);   // extras + key > body
+    EXPECT_EQ(check(MC_BIN_SET, 10, 8, 17), MC_BIN_EINVAL); // extras + key > body
     EXPECT_EQ(check(MC_BIN_SET, 65535, 255, 0), MC_BIN_EINVAL);
 }
 

@@ -91,22 +91,23 @@ static bool retrieve(struct mc_conn *c, const mc_ascii_cmd *cmd)
 }
 
 static const int store_ops[] = {
-    [MC_A_SET] = MC_SET,         [MC_A_ADD] = MC_ADD,         [MC_A_REPLACE] = MC_REPLACE,
-    [MC_A_APPEND] = MC_APPEND,   [MC_A_PREPEND] = MC_PREPEND, [MC_A_CAS] = MC_CAS,
+    [MC_A_SET] = MC_SET,       [MC_A_ADD] = MC_ADD,         [MC_A_REPLACE] = MC_REPLACE,
+    [MC_A_APPEND] = MC_APPEND, [MC_A_PREPEND] = MC_PREPEND, [MC_A_CAS] = MC_CAS,
 };
 
 static bool storage(struct mc_conn *c, const mc_ascii_cmd *cmd)
 {
     mc_item *it;
-    int r = mc_item_alloc(cmd->key.p, cmd->key.n, cmd->flags, mc_exptime(cmd->exptime),
-                          cmd->bytes, &it);
+    int r = mc_item_alloc(cmd->key.p, cmd->key.n, cmd->flags, mc_exptime(cmd->exptime), cmd->bytes,
+                          &it);
     if (r != MC_OK) {
         if (cmd->op == MC_A_SET)
             mc_unlink_key(cmd->key.p, cmd->key.n);
         if (!mc_skip(c, (uint64_t)cmd->bytes + 2))
             return false;
-        return r == MC_TOO_LARGE ? REPLY_LIT(c, cmd, "SERVER_ERROR object too large for cache\r\n")
-                                 : REPLY_LIT(c, cmd, "SERVER_ERROR out of memory storing object\r\n");
+        return r == MC_TOO_LARGE
+                   ? REPLY_LIT(c, cmd, "SERVER_ERROR object too large for cache\r\n")
+                   : REPLY_LIT(c, cmd, "SERVER_ERROR out of memory storing object\r\n");
     }
     char *v = mc_item_value(it);
     if (!mc_read_exact(c, v, (size_t)cmd->bytes + 2)) {
@@ -155,7 +156,8 @@ static bool arith(struct mc_conn *c, const mc_ascii_cmd *cmd)
     case MC_NOT_FOUND:
         return reply(c, cmd, "NOT_FOUND\r\n");
     case MC_NON_NUMERIC:
-        return REPLY_LIT(c, cmd, "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n");
+        return REPLY_LIT(c, cmd,
+                         "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n");
     default:
         return REPLY_LIT(c, cmd, "SERVER_ERROR out of memory\r\n");
     }

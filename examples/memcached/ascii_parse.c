@@ -160,12 +160,24 @@ static const struct {
     const char *name;
     int op;
 } commands[] = {
-    {"get", MC_A_GET},         {"gets", MC_A_GETS},       {"gat", MC_A_GAT},
-    {"gats", MC_A_GATS},       {"set", MC_A_SET},         {"add", MC_A_ADD},
-    {"replace", MC_A_REPLACE}, {"append", MC_A_APPEND},   {"prepend", MC_A_PREPEND},
-    {"cas", MC_A_CAS},         {"delete", MC_A_DELETE},   {"incr", MC_A_INCR},
-    {"decr", MC_A_DECR},       {"touch", MC_A_TOUCH},     {"flush_all", MC_A_FLUSH_ALL},
-    {"version", MC_A_VERSION}, {"verbosity", MC_A_VERBOSITY}, {"stats", MC_A_STATS},
+    {"get", MC_A_GET},
+    {"gets", MC_A_GETS},
+    {"gat", MC_A_GAT},
+    {"gats", MC_A_GATS},
+    {"set", MC_A_SET},
+    {"add", MC_A_ADD},
+    {"replace", MC_A_REPLACE},
+    {"append", MC_A_APPEND},
+    {"prepend", MC_A_PREPEND},
+    {"cas", MC_A_CAS},
+    {"delete", MC_A_DELETE},
+    {"incr", MC_A_INCR},
+    {"decr", MC_A_DECR},
+    {"touch", MC_A_TOUCH},
+    {"flush_all", MC_A_FLUSH_ALL},
+    {"version", MC_A_VERSION},
+    {"verbosity", MC_A_VERBOSITY},
+    {"stats", MC_A_STATS},
     {"quit", MC_A_QUIT},
 };
 

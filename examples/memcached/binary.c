@@ -25,22 +25,30 @@
 static const char *status_text(int status)
 {
     switch (status) {
-    case MC_BIN_KEY_ENOENT: return "Not found";
-    case MC_BIN_KEY_EEXISTS: return "Data exists for key.";
-    case MC_BIN_E2BIG: return "Too large.";
-    case MC_BIN_EINVAL: return "Invalid arguments";
-    case MC_BIN_NOT_STORED: return "Not stored.";
-    case MC_BIN_DELTA_BADVAL: return "Non-numeric server-side value for incr or decr";
-    case MC_BIN_UNKNOWN_COMMAND: return "Unknown command";
-    default: return "Out of memory";
+    case MC_BIN_KEY_ENOENT:
+        return "Not found";
+    case MC_BIN_KEY_EEXISTS:
+        return "Data exists for key.";
+    case MC_BIN_E2BIG:
+        return "Too large.";
+    case MC_BIN_EINVAL:
+        return "Invalid arguments";
+    case MC_BIN_NOT_STORED:
+        return "Not stored.";
+    case MC_BIN_DELTA_BADVAL:
+        return "Non-numeric server-side value for incr or decr";
+    case MC_BIN_UNKNOWN_COMMAND:
+        return "Unknown command";
+    default:
+        return "Out of memory";
     }
 }
 
 /* One answer: header, extras, key, then the value (which may be large and
  * is then sent from where it lies). */
 static bool respond(struct mc_conn *c, const mc_bin_header *h, int status, uint64_t cas,
-                    const void *ext, size_t extlen, const void *key, size_t keylen,
-                    const void *val, size_t vallen)
+                    const void *ext, size_t extlen, const void *key, size_t keylen, const void *val,
+                    size_t vallen)
 {
     uint8_t *p = (uint8_t *)mc_out_reserve(c, MC_BIN_HEADER + extlen + keylen);
     if (!p)
@@ -106,11 +114,25 @@ static bool update(struct mc_conn *c, const mc_bin_header *h, const uint8_t *ext
     uint32_t exptime = kind == MC_BK_STORE ? mc_exptime(mc_bin_get32(ext + 4)) : 0;
     int op;
     switch (h->opcode) {
-    case MC_BIN_SET: case MC_BIN_SETQ: op = MC_SET; break;
-    case MC_BIN_ADD: case MC_BIN_ADDQ: op = MC_ADD; break;
-    case MC_BIN_REPLACE: case MC_BIN_REPLACEQ: op = MC_REPLACE; break;
-    case MC_BIN_APPEND: case MC_BIN_APPENDQ: op = MC_APPEND; break;
-    default: op = MC_PREPEND; break;
+    case MC_BIN_SET:
+    case MC_BIN_SETQ:
+        op = MC_SET;
+        break;
+    case MC_BIN_ADD:
+    case MC_BIN_ADDQ:
+        op = MC_ADD;
+        break;
+    case MC_BIN_REPLACE:
+    case MC_BIN_REPLACEQ:
+        op = MC_REPLACE;
+        break;
+    case MC_BIN_APPEND:
+    case MC_BIN_APPENDQ:
+        op = MC_APPEND;
+        break;
+    default:
+        op = MC_PREPEND;
+        break;
     }
     mc_item *it;
     int r = mc_item_alloc(key, h->keylen, flags, exptime, vlen, &it);
@@ -223,9 +245,15 @@ int mc_binary_step(struct mc_conn *c)
         break;
     case MC_BK_DELETE:
         switch (mc_delete(key, h.keylen, h.cas)) {
-        case MC_OK: ok = respond_ok(c, &h, quiet, 0); break;
-        case MC_EXISTS: ok = respond_error(c, &h, MC_BIN_KEY_EEXISTS); break;
-        default: ok = respond_error(c, &h, MC_BIN_KEY_ENOENT); break;
+        case MC_OK:
+            ok = respond_ok(c, &h, quiet, 0);
+            break;
+        case MC_EXISTS:
+            ok = respond_error(c, &h, MC_BIN_KEY_EEXISTS);
+            break;
+        default:
+            ok = respond_error(c, &h, MC_BIN_KEY_ENOENT);
+            break;
         }
         break;
     case MC_BK_ARITH:

@@ -59,8 +59,8 @@ int mc_bin_parse_header(const uint8_t *p, size_t len, mc_bin_header *h)
     return MC_BIN_HEADER;
 }
 
-/* Shape rules: extras length (-1: 0 or 4), key (0 none, 1 required, 2
- * optional), value allowed. */
+/* Shape rules per opcode: extras length (-1: 0 or 4), key (0 none, 1
+ * required, 2 optional), whether a value may follow. */
 struct shape {
     uint8_t kind;
     bool quiet;
@@ -69,48 +69,56 @@ struct shape {
     bool value;
 };
 
-static bool lookup(uint8_t op, struct shape *s)
-{
-    switch (op) {
-    case MC_BIN_GET: *s = (struct shape){MC_BK_GET, false, 0, 1, false}; return true;
-    case MC_BIN_GETK: *s = (struct shape){MC_BK_GET, false, 0, 1, false}; return true;
-    case MC_BIN_GETQ: *s = (struct shape){MC_BK_GET, true, 0, 1, false}; return true;
-    case MC_BIN_GETKQ: *s = (struct shape){MC_BK_GET, true, 0, 1, false}; return true;
-    case MC_BIN_SET: case MC_BIN_ADD: case MC_BIN_REPLACE:
-        *s = (struct shape){MC_BK_STORE, false, 8, 1, true}; return true;
-    case MC_BIN_SETQ: case MC_BIN_ADDQ: case MC_BIN_REPLACEQ:
-        *s = (struct shape){MC_BK_STORE, true, 8, 1, true}; return true;
-    case MC_BIN_APPEND: case MC_BIN_PREPEND:
-        *s = (struct shape){MC_BK_CONCAT, false, 0, 1, true}; return true;
-    case MC_BIN_APPENDQ: case MC_BIN_PREPENDQ:
-        *s = (struct shape){MC_BK_CONCAT, true, 0, 1, true}; return true;
-    case MC_BIN_DELETE: *s = (struct shape){MC_BK_DELETE, false, 0, 1, false}; return true;
-    case MC_BIN_DELETEQ: *s = (struct shape){MC_BK_DELETE, true, 0, 1, false}; return true;
-    case MC_BIN_INCREMENT: case MC_BIN_DECREMENT:
-        *s = (struct shape){MC_BK_ARITH, false, 20, 1, false}; return true;
-    case MC_BIN_INCREMENTQ: case MC_BIN_DECREMENTQ:
-        *s = (struct shape){MC_BK_ARITH, true, 20, 1, false}; return true;
-    case MC_BIN_QUIT: *s = (struct shape){MC_BK_QUIT, false, 0, 0, false}; return true;
-    case MC_BIN_QUITQ: *s = (struct shape){MC_BK_QUIT, true, 0, 0, false}; return true;
-    case MC_BIN_FLUSH: *s = (struct shape){MC_BK_FLUSH, false, -1, 0, false}; return true;
-    case MC_BIN_FLUSHQ: *s = (struct shape){MC_BK_FLUSH, true, -1, 0, false}; return true;
-    case MC_BIN_NOOP: *s = (struct shape){MC_BK_NOOP, false, 0, 0, false}; return true;
-    case MC_BIN_VERSION: *s = (struct shape){MC_BK_VERSION, false, 0, 0, false}; return true;
-    case MC_BIN_STAT: *s = (struct shape){MC_BK_STAT, false, 0, 2, false}; return true;
-    case MC_BIN_VERBOSITY: *s = (struct shape){MC_BK_VERBOSITY, false, 4, 0, false}; return true;
-    case MC_BIN_TOUCH: case MC_BIN_GAT: case MC_BIN_GATK:
-        *s = (struct shape){MC_BK_TOUCH, false, 4, 1, false}; return true;
-    case MC_BIN_GATQ: case MC_BIN_GATKQ:
-        *s = (struct shape){MC_BK_TOUCH, true, 4, 1, false}; return true;
-    default:
-        return false;
-    }
-}
+/* Plain C initializers (the unit test compiles this file as C++). Most
+ * used first: the lookup is a scan of a few dozen entries. */
+static const struct {
+    uint8_t opcode;
+    struct shape shape;
+} shapes[] = {
+    {MC_BIN_GET, {MC_BK_GET, false, 0, 1, false}},
+    {MC_BIN_GETK, {MC_BK_GET, false, 0, 1, false}},
+    {MC_BIN_GETQ, {MC_BK_GET, true, 0, 1, false}},
+    {MC_BIN_GETKQ, {MC_BK_GET, true, 0, 1, false}},
+    {MC_BIN_SET, {MC_BK_STORE, false, 8, 1, true}},
+    {MC_BIN_ADD, {MC_BK_STORE, false, 8, 1, true}},
+    {MC_BIN_REPLACE, {MC_BK_STORE, false, 8, 1, true}},
+    {MC_BIN_SETQ, {MC_BK_STORE, true, 8, 1, true}},
+    {MC_BIN_ADDQ, {MC_BK_STORE, true, 8, 1, true}},
+    {MC_BIN_REPLACEQ, {MC_BK_STORE, true, 8, 1, true}},
+    {MC_BIN_APPEND, {MC_BK_CONCAT, false, 0, 1, true}},
+    {MC_BIN_PREPEND, {MC_BK_CONCAT, false, 0, 1, true}},
+    {MC_BIN_APPENDQ, {MC_BK_CONCAT, true, 0, 1, true}},
+    {MC_BIN_PREPENDQ, {MC_BK_CONCAT, true, 0, 1, true}},
+    {MC_BIN_DELETE, {MC_BK_DELETE, false, 0, 1, false}},
+    {MC_BIN_DELETEQ, {MC_BK_DELETE, true, 0, 1, false}},
+    {MC_BIN_INCREMENT, {MC_BK_ARITH, false, 20, 1, false}},
+    {MC_BIN_DECREMENT, {MC_BK_ARITH, false, 20, 1, false}},
+    {MC_BIN_INCREMENTQ, {MC_BK_ARITH, true, 20, 1, false}},
+    {MC_BIN_DECREMENTQ, {MC_BK_ARITH, true, 20, 1, false}},
+    {MC_BIN_QUIT, {MC_BK_QUIT, false, 0, 0, false}},
+    {MC_BIN_QUITQ, {MC_BK_QUIT, true, 0, 0, false}},
+    {MC_BIN_FLUSH, {MC_BK_FLUSH, false, -1, 0, false}},
+    {MC_BIN_FLUSHQ, {MC_BK_FLUSH, true, -1, 0, false}},
+    {MC_BIN_NOOP, {MC_BK_NOOP, false, 0, 0, false}},
+    {MC_BIN_VERSION, {MC_BK_VERSION, false, 0, 0, false}},
+    {MC_BIN_STAT, {MC_BK_STAT, false, 0, 2, false}},
+    {MC_BIN_VERBOSITY, {MC_BK_VERBOSITY, false, 4, 0, false}},
+    {MC_BIN_TOUCH, {MC_BK_TOUCH, false, 4, 1, false}},
+    {MC_BIN_GAT, {MC_BK_TOUCH, false, 4, 1, false}},
+    {MC_BIN_GATK, {MC_BK_TOUCH, false, 4, 1, false}},
+    {MC_BIN_GATQ, {MC_BK_TOUCH, true, 4, 1, false}},
+    {MC_BIN_GATKQ, {MC_BK_TOUCH, true, 4, 1, false}},
+};
 
 int mc_bin_check(const mc_bin_header *h, int *kind, bool *quiet)
 {
-    struct shape s;
-    if (!lookup(h->opcode, &s))
+    struct shape s = {0, false, 0, 0, false};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        if (shapes[i].opcode == h->opcode) {
+            s = shapes[i].shape;
+            break;
+        }
+    if (s.kind == 0)
         return MC_BIN_UNKNOWN_COMMAND;
     *kind = s.kind;
     *quiet = s.quiet;

@@ -85,18 +85,18 @@ typedef struct mc_bin_header {
 
 /* What an opcode is, once checked by mc_bin_check. */
 enum mc_bin_kind {
-    MC_BK_GET = 1,  /* get, getq, getk, getkq */
-    MC_BK_STORE,    /* set, add, replace (+q): 8 bytes extras, value */
-    MC_BK_CONCAT,   /* append, prepend (+q): no extras, value */
-    MC_BK_DELETE,   /* delete(q) */
-    MC_BK_ARITH,    /* increment, decrement (+q): 20 bytes extras */
-    MC_BK_QUIT,     /* quit(q) */
-    MC_BK_FLUSH,    /* flush(q): 0 or 4 bytes extras */
+    MC_BK_GET = 1, /* get, getq, getk, getkq */
+    MC_BK_STORE,   /* set, add, replace (+q): 8 bytes extras, value */
+    MC_BK_CONCAT,  /* append, prepend (+q): no extras, value */
+    MC_BK_DELETE,  /* delete(q) */
+    MC_BK_ARITH,   /* increment, decrement (+q): 20 bytes extras */
+    MC_BK_QUIT,    /* quit(q) */
+    MC_BK_FLUSH,   /* flush(q): 0 or 4 bytes extras */
     MC_BK_NOOP,
     MC_BK_VERSION,
-    MC_BK_STAT,     /* optional key */
-    MC_BK_VERBOSITY,/* 4 bytes extras */
-    MC_BK_TOUCH,    /* touch, gat, gatq, gatk, gatkq: 4 bytes extras */
+    MC_BK_STAT,      /* optional key */
+    MC_BK_VERBOSITY, /* 4 bytes extras */
+    MC_BK_TOUCH,     /* touch, gat, gatq, gatk, gatkq: 4 bytes extras */
 };
 
 /* Decode the header at p[0..len). Returns MC_BIN_HEADER when a whole header

@@ -129,8 +129,8 @@ static void *acceptor_main(void *arg)
         if (e) {
             e->fd = fd;
             fern_wg_add(&srv.live, 1);
-            fern_attr attr = {.stack_size = 0, .name = "mc-conn", .cluster = NULL,
-                              .detached = true};
+            fern_attr attr = {
+                .stack_size = 0, .name = "mc-conn", .cluster = NULL, .detached = true};
             r = fern_spawn(NULL, &attr, conn_main, e);
             if (r)
                 fern_wg_done(&srv.live);
@@ -200,7 +200,8 @@ static void *server_main(void *arg)
 
 static int listen_on(const char *addr, int port)
 {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     char ports[8];
     snprintf(ports, sizeof ports, "%d", port);

@@ -35,13 +35,13 @@
 /* ---- cmdline.c ---- */
 
 struct mc_config {
-    const char *addr;    /* -l, default 127.0.0.1 */
-    int port;            /* -p, 0 = any free port */
-    unsigned workers;    /* -t, 0 = one per CPU */
-    uint64_t mem_limit;  /* -m, bytes */
-    unsigned maxconns;   /* -c */
-    uint32_t item_max;   /* -I, bytes */
-    int verbose;         /* -v count */
+    const char *addr;   /* -l, default 127.0.0.1 */
+    int port;           /* -p, 0 = any free port */
+    unsigned workers;   /* -t, 0 = one per CPU */
+    uint64_t mem_limit; /* -m, bytes */
+    unsigned maxconns;  /* -c */
+    uint32_t item_max;  /* -I, bytes */
+    int verbose;        /* -v count */
 };
 
 /* Parse memcached's flags; prints usage and exits on a bad one. */
@@ -54,18 +54,18 @@ void mc_raise_fd_limit(unsigned maxconns);
 /* ---- store.c ---- */
 
 typedef struct mc_item {
-    struct mc_item *hnext;      /* hash chain */
+    struct mc_item *hnext;       /* hash chain */
     struct mc_item *prev, *next; /* LRU, most recent first */
     uint64_t cas;
-    uint32_t exptime;  /* unix seconds; 0 = never */
-    uint32_t time;     /* unix seconds of the store (for delayed flush_all) */
+    uint32_t exptime; /* unix seconds; 0 = never */
+    uint32_t time;    /* unix seconds of the store (for delayed flush_all) */
     uint32_t flags;
-    uint32_t nbytes;   /* value length, without the "\r\n" kept after it */
+    uint32_t nbytes; /* value length, without the "\r\n" kept after it */
     uint32_t hash;
-    uint32_t refs;     /* the store's reference while linked + readers' */
+    uint32_t refs; /* the store's reference while linked + readers' */
     uint8_t nkey;
     bool linked;
-    char data[];       /* key, value, "\r\n" */
+    char data[]; /* key, value, "\r\n" */
 } mc_item;
 
 static inline char *mc_item_value(mc_item *it)
@@ -134,9 +134,8 @@ void mc_unlink_key(const char *key, size_t nkey);
  * `initial` when create is set (binary protocol). Returns MC_OK with *value
  * and *cas, MC_NOT_FOUND, MC_NON_NUMERIC, MC_EXISTS (cas_in mismatch), or
  * MC_NOMEM. */
-int mc_arith(const char *key, size_t nkey, bool incr, uint64_t delta, bool create,
-             uint64_t initial, uint32_t exptime, uint64_t cas_in, uint64_t *value,
-             uint64_t *cas);
+int mc_arith(const char *key, size_t nkey, bool incr, uint64_t delta, bool create, uint64_t initial,
+             uint32_t exptime, uint64_t cas_in, uint64_t *value, uint64_t *cas);
 /* flush_all: delay 0 drops every item now; otherwise items stored before
  * the (memcached-style) time mc_exptime(delay) disappear at that time. */
 void mc_flush(int64_t delay);
@@ -152,7 +151,7 @@ struct mc_conn_counters {
     uint64_t bytes_read, bytes_written;
 };
 extern struct mc_conn_counters mc_conn_stats; /* atomics (relaxed) */
-extern int mc_verbose;                         /* -v, the verbosity command */
+extern int mc_verbose;                        /* -v, the verbosity command */
 extern unsigned mc_maxconns, mc_workers;
 
 void mc_stats_init(void);
@@ -175,9 +174,9 @@ int mc_stats_collect(mc_span args, struct mc_stat *out, size_t max, bool *reset)
 
 struct mc_conn {
     int fd;
-    bool binary;   /* decided by the first byte of the connection */
-    bool failed;   /* a read or write failed: stop */
-    char *in;      /* unread input is in[in_off, in_len) */
+    bool binary; /* decided by the first byte of the connection */
+    bool failed; /* a read or write failed: stop */
+    char *in;    /* unread input is in[in_off, in_len) */
     size_t in_off, in_len;
     char *out;
     size_t out_len;

@@ -38,7 +38,8 @@ struct list {
     size_t n, max;
 };
 
-__attribute__((format(printf, 3, 4))) static void add(struct list *l, const char *name, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static void add(struct list *l, const char *name,
+                                                      const char *fmt, ...)
 {
     if (l->n == l->max)
         return;

@@ -38,9 +38,9 @@
 #include <string.h>
 #include <time.h>
 
-#define INITIAL_BUCKETS  65536u
-#define EVICT_TRIES      64
-#define RELATIVE_MAX     (60 * 60 * 24 * 30) /* memcached's 30-day rule */
+#define INITIAL_BUCKETS 65536u
+#define EVICT_TRIES     64
+#define RELATIVE_MAX    (60 * 60 * 24 * 30) /* memcached's 30-day rule */
 
 static struct {
     fern_mutex lock;
@@ -257,8 +257,7 @@ static bool reserve_locked(size_t size, uint32_t now)
 {
     mc_item *it = S.tail;
     for (int tries = 0;
-         it && tries < EVICT_TRIES &&
-         __atomic_load_n(&S.used, __ATOMIC_RELAXED) + size > S.limit;
+         it && tries < EVICT_TRIES && __atomic_load_n(&S.used, __ATOMIC_RELAXED) + size > S.limit;
          tries++) {
         mc_item *prev = it->prev;
         if (__atomic_load_n(&it->refs, __ATOMIC_ACQUIRE) == 1) {
@@ -532,8 +531,8 @@ static mc_item *put_counter_locked(mc_item *old, const char *key, size_t nkey, u
     return it;
 }
 
-int mc_arith(const char *key, size_t nkey, bool incr, uint64_t delta, bool create,
-             uint64_t initial, uint32_t exptime, uint64_t cas_in, uint64_t *value, uint64_t *cas)
+int mc_arith(const char *key, size_t nkey, bool incr, uint64_t delta, bool create, uint64_t initial,
+             uint32_t exptime, uint64_t cas_in, uint64_t *value, uint64_t *cas)
 {
     uint32_t hash = hash_key(key, nkey), now = mc_now();
     int why, r = MC_OK;
