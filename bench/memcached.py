@@ -40,7 +40,7 @@ def build(bin_path):
         return bin_path
     bdir = os.path.join(ROOT, "build", "bench", "memcached")
     subprocess.run(["cmake", "-S", ROOT, "-B", bdir, "-DCMAKE_BUILD_TYPE=Release",
-                    "-DFERN_BUILD_TESTS=OFF", "-DFERN_BUILD_BENCH=OFF"], check=True,
+                    "-DBUILD_TESTING=OFF", "-DFERN_BUILD_BENCH=OFF"], check=True,
                    stdout=subprocess.DEVNULL)
     subprocess.run(["cmake", "--build", bdir, "--target", "fern-memcached", "-j", "2"], check=True,
                    stdout=subprocess.DEVNULL)

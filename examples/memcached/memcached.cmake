@@ -12,7 +12,7 @@ target_compile_options(fern-memcached PRIVATE -Wall -Wextra -Werror)
 # the checks are right, against memcached itself (Debian `memcached`;
 # memccapable is Debian `libmemcached-tools`; .ci/run installs both). A
 # missing program fails the test: none of them skips.
-if(FERN_BUILD_TESTS)
+if(BUILD_TESTING)
   set(FERN_MC_CHECK ${CMAKE_SOURCE_DIR}/tests/servers/memcached_check.py)
   find_program(FERN_MEMCACHED_REFERENCE memcached)
   if(NOT FERN_MEMCACHED_REFERENCE)
