@@ -10,6 +10,9 @@ server's CPU seconds (user+sys of all its threads, /proc/PID/stat before and
 after the load), transactions per server CPU-second, memcaslap's own CPU use
 (near 100% means the client, not the server, set the pace), and the share of
 the machine's CPU used by other processes meanwhile (this machine is shared).
+The servers and memcaslap each start in a session of their own, hence in
+their own scheduler autogroup: each competes with the machine's other jobs as
+a service would, not inside the driver's group.
 
 Memory per item: a fresh server of each kind (-m 1024, nothing evicted)
 gets N items of a given value size over one connection; (RSS after - RSS
@@ -65,8 +68,9 @@ class Server:
             argv = ["memcached", "-p", str(self.port), "-l", "127.0.0.1", "-U", "0", "-t", "1", *extra]
             if os.geteuid() == 0:
                 argv += ["-u", "nobody"]
+        # Its own session, hence its own autogroup (see the module doc).
         self.p = subprocess.Popen(["taskset", "-c", "0"] + argv, stdout=subprocess.PIPE,
-                                  stderr=subprocess.DEVNULL)
+                                  stderr=subprocess.DEVNULL, start_new_session=True)
         if kind == "fern":
             line = self.p.stdout.readline().decode()
             m = re.match(r"listening on 127\.0\.0\.1:(\d+)", line)
@@ -115,7 +119,7 @@ def load_run(srv, duration, concurrency):
     out = subprocess.run(["taskset", "-c", "1", "memcaslap", "-s", "127.0.0.1:%d" % srv.port, "-T", "1",
                           "-c", str(concurrency), "-t", "%ds" % duration],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         timeout=duration + 60).stdout
+                         timeout=duration + 60, start_new_session=True).stdout
     wall = time.monotonic() - w0
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     c1, (b1, t1) = srv.cpu(), machine_busy()
