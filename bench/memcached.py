@@ -9,7 +9,9 @@ round by round (A B, B A, ...). Per run it records memcaslap's TPS, the
 server's CPU seconds (user+sys of all its threads, /proc/PID/stat before and
 after the load), transactions per server CPU-second, memcaslap's own CPU use
 (near 100% means the client, not the server, set the pace), and the share of
-the machine's CPU used by other processes meanwhile (this machine is shared).
+the machine's CPU used by other processes meanwhile (this machine is shared),
+and for the server's busiest thread (its worker) the time it ran and the time
+it waited in the run queue per turn on the CPU (/proc/PID/task/TID/schedstat).
 The servers and memcaslap each start in a session of their own, hence in
 their own scheduler autogroup: each competes with the machine's other jobs as
 a service would, not inside the driver's group.
@@ -92,6 +94,17 @@ class Server:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime, all threads
 
+    def schedstat(self):
+        """{tid: (run ns, run-queue wait ns, times scheduled)} of every thread."""
+        out = {}
+        for tid in os.listdir("/proc/%d/task" % self.p.pid):
+            try:
+                with open("/proc/%d/task/%s/schedstat" % (self.p.pid, tid)) as f:
+                    out[tid] = tuple(int(x) for x in f.read().split())
+            except OSError:
+                pass
+        return out
+
     def rss(self):
         with open("/proc/%d/status" % self.p.pid) as f:
             return int(re.search(r"VmRSS:\s+(\d+) kB", f.read()).group(1)) * 1024
@@ -113,7 +126,7 @@ def machine_busy():
 
 
 def load_run(srv, duration, concurrency):
-    c0, (b0, t0) = srv.cpu(), machine_busy()
+    c0, (b0, t0), s0 = srv.cpu(), machine_busy(), srv.schedstat()
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     w0 = time.monotonic()
     out = subprocess.run(["taskset", "-c", "1", "memcaslap", "-s", "127.0.0.1:%d" % srv.port, "-T", "1",
@@ -122,7 +135,11 @@ def load_run(srv, duration, concurrency):
                          timeout=duration + 60, start_new_session=True).stdout
     wall = time.monotonic() - w0
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    c1, (b1, t1) = srv.cpu(), machine_busy()
+    c1, (b1, t1), s1 = srv.cpu(), machine_busy(), srv.schedstat()
+    # The thread that ran most (the worker): how long it waited in the run
+    # queue each time it was scheduled.
+    d = {t: tuple(b - a for a, b in zip(s0[t], s1[t])) for t in s1 if t in s0}
+    run, wait, slices = max(d.values(), key=lambda v: v[0]) if d else (0, 0, 0)
     m = re.findall(r"Run time: [\d.]+s Ops: (\d+) TPS: (\d+)", out)
     if not m:
         raise RuntimeError("memcaslap output not understood:\n" + out[-2000:])
@@ -131,7 +148,9 @@ def load_run(srv, duration, concurrency):
     client_cpu = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
     foreign = max(0.0, (b1 - b0) - server_cpu - client_cpu)
     return {"tps": tps, "ops": ops, "server_cpu_s": server_cpu, "tps_per_cpu_s": ops / server_cpu if server_cpu else 0,
-            "client_cpu_pct": 100 * client_cpu / wall, "foreign_cpu_pct": 100 * foreign / max(t1 - t0, 1e-9)}
+            "client_cpu_pct": 100 * client_cpu / wall, "foreign_cpu_pct": 100 * foreign / max(t1 - t0, 1e-9),
+            "worker_wait_ms_per_slice": wait / 1e6 / max(slices, 1),
+            "worker_run_ms_per_slice": run / 1e6 / max(slices, 1)}
 
 
 def memory_per_item(kind, fern_bin, n, size):
@@ -190,15 +209,17 @@ def markdown(d):
          "pinned to CPU 1, %d interleaved rounds; median [min–max]. *per CPU-s* = transactions per "
          "second of server CPU time (user+sys of all its threads, /proc/PID/stat)."
          % (d["concurrency"], d["duration"], d["rounds"]), "",
-         "| server | TPS | per server CPU-s | server CPU % | client CPU % | others % |",
-         "| --- | --- | --- | --- | --- | --- |"]
+         "| server | TPS | per server CPU-s | server CPU % | client CPU % | others % | worker run / run-queue wait per scheduling, ms |",
+         "| --- | --- | --- | --- | --- | --- | --- |"]
     for k, name in (("fern", "fern-memcached"), ("memcached", "memcached -t 1")):
         r = s[k]
-        L.append("| %s | %s [%s–%s] | %s [%s–%s] | %.0f | %.0f | %.0f |" % (
+        rw = ("%.2f / %.2f" % (r["worker_run_ms_per_slice"]["median"], r["worker_wait_ms_per_slice"]["median"])
+              if "worker_wait_ms_per_slice" in r else "—")
+        L.append("| %s | %s [%s–%s] | %s [%s–%s] | %.0f | %.0f | %.0f | %s |" % (
             name, f"{r['tps']['median']:,.0f}", f"{r['tps']['min']:,.0f}", f"{r['tps']['max']:,.0f}",
             f"{r['tps_per_cpu_s']['median']:,.0f}", f"{r['tps_per_cpu_s']['min']:,.0f}",
             f"{r['tps_per_cpu_s']['max']:,.0f}", 100 * r["server_cpu_s"]["median"] / d["duration"],
-            r["client_cpu_pct"]["median"], r["foreign_cpu_pct"]["median"]))
+            r["client_cpu_pct"]["median"], r["foreign_cpu_pct"]["median"], rw))
     L += ["", "Ratios (fern / memcached, medians): throughput **%.2f×**, transactions per server "
           "CPU-second **%.2f×**." % (d["ratio_tps"], d["ratio_per_cpu"]), ""]
     busiest = max(100 * s[k]["server_cpu_s"]["median"] / d["duration"] for k in s)
@@ -209,7 +230,10 @@ def markdown(d):
               "core: both waited mostly to be scheduled among the other jobs on the machine, so the "
               "rate depends on that as much as on the servers, and the per-CPU-second column is the "
               "one that measures what a transaction costs each server. fern-memcached's rate was the "
-              "lower one in %d of %d rounds; these runs do not show why." % (
+              "lower one in %d of %d rounds; the last column (the busiest thread's "
+              "/proc/PID/task/TID/schedstat) shows how each worker was scheduled, and why "
+              "fern-memcached's got fewer transactions done per second of wall time on this "
+              "loaded machine is not established here." % (
                   busiest, client, lower, len(d["runs"]["fern"])), ""]
     L += ["Memory per stored item (RSS growth / items, %d items, -m 1024, nothing evicted):" % d["mem_items"], "",
           "| value bytes | fern-memcached | memcached | fern / memcached |", "| --- | --- | --- | --- |"]

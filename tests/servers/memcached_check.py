@@ -18,7 +18,7 @@ answered, the -c limit and the open-file limit. Checks that depend on where
 fern-memcached differs from memcached on purpose (documented in
 examples/memcached/README.md) run for fern only. Every wait is bounded.
 """
-import os, re, resource, signal, socket, struct, subprocess, sys, time
+import os, re, resource, select, signal, socket, struct, subprocess, sys, time
 
 FLAVOR, BIN = sys.argv[1], sys.argv[2]
 # --connections N: the simultaneous-connections check's size (default 10,000;
@@ -65,7 +65,13 @@ class Server:
         self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, preexec_fn=pre)
         deadline = time.monotonic() + 10
         if FERN:
-            line = self.p.stdout.readline()  # bounded by the server's start
+            line = b""
+            while not line.endswith(b"\n") and time.monotonic() < deadline:
+                if select.select([self.p.stdout], [], [], 0.2)[0]:
+                    c = os.read(self.p.stdout.fileno(), 1)
+                    if not c:
+                        break
+                    line += c
             m = re.match(rb"listening on 127\.0\.0\.1:(\d+)\n", line)
             if not m:
                 self.p.kill()
