@@ -14,7 +14,7 @@ it), bad input (ERROR, CLIENT_ERROR, a too-large value answered and swallowed,
 a bad data chunk, an oversized line closing only its connection, a client
 vanishing mid-value leaving no item), stats fields, LRU eviction under -m,
 binary quiet commands and framing errors, 10,000 simultaneous connections each
-answered, the -c limit and the open-file limit. Checks that depend on where
+answered, the -c limit, the open-file limit and command-line misuse. Checks that depend on where
 fern-memcached differs from memcached on purpose (documented in
 examples/memcached/README.md) run for fern only. Every wait is bounded.
 """
@@ -453,6 +453,10 @@ if FERN:
     c = srv.conn()
     c.cmd(b"set x 0 0 1\r\nx\r\n")
     check(srv.stop(signal.SIGINT) == 0, "SIGINT with an open connection: exit code 0")
+    # misuse of the command line: a clear message and exit code 2, no server
+    for bad in (["-U", "5"], ["-m", "0"], ["-I", "512"], ["-p", "70000"], ["-c", "x"], ["--bogus"], ["extra"]):
+        r = subprocess.run([BIN, *bad], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=10)
+        check(r.returncode == 2 and r.stderr, f"command line {' '.join(bad)}: refused", f"rc {r.returncode}")
 
 print(f"{FLAVOR}: {len(failures)} failures" + (f": {failures}" if failures else ""))
 sys.exit(1 if failures else 0)
