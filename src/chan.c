@@ -18,8 +18,11 @@
  * deadlock between two selects), poll the cases in a random order and fire the
  * first ready one; otherwise queue one waiter per case, all sharing one
  * parker, and park; the channel locks are released after the switch. The
- * first party to claim the parker decides which case fired; on wake-up the
- * select unlinks its other waiters.
+ * first party to claim the parker decides which case fired (its waker
+ * unlinks that waiter); on wake-up the select relocks the channels where it
+ * still has waiters, not the one that fired (it may be destroyed already),
+ * and unlinks them. Close and every waker leave a waiter they could not
+ * claim linked, for its own thread to unlink: destroy says EBUSY until then.
  */
 #include "internal.h"
 
@@ -339,9 +342,26 @@ int fern_select(fern_select_case *cases, size_t n, int64_t deadline_ns)
     int st = parker_wait(&p, lockset_unlock, &ls, deadline_ns);
     if (self)
         STORE_RELAXED(&self->wait_what, NULL);
+    /* Unlink the waiters nobody won (the destroy rule, wait.c). The case
+     * that fired was unlinked by its waker, and its channel may be closed
+     * and destroyed by now: relock it only if another case still waits
+     * there. */
+    int fired = st == W_WOKEN ? p.index : -1;
+    if (fired >= 0) {
+        fern_chan *fc = cases[fired].chan;
+        bool shared = false;
+        for (size_t i = 0; i < n && !shared; i++)
+            shared = (int)i != fired && cases[i].chan == fc;
+        size_t j = 0;
+        for (size_t k = 0; k < ls.n; k++)
+            if (shared || ls.ch[k] != fc)
+                ls.ch[j++] = ls.ch[k];
+        ls.n = j;
+    }
     lockset_lock(&ls);
     for (size_t i = 0; i < n; i++)
-        waitq_unlink(&w[i]);
+        if ((int)i != fired)
+            waitq_unlink(&w[i]);
     lockset_unlock(&ls);
     if (w != stackw)
         free(w);

@@ -207,8 +207,9 @@ static inline void waiter_init(struct waiter *wt)
 }
 /* Wait: the caller holds the queue locks and has queued its waiters; they are
  * released by unlock(arg) once the caller is parked. Returns W_WOKEN or
- * W_TIMEDOUT. A timed-out waiter may still be linked: the caller unlinks it
- * under the queue's lock (waitq_unlink is a no-op if a waker already did). */
+ * W_TIMEDOUT. A timed-out waiter is still linked (nobody but its own thread
+ * unlinks a waiter it did not win): the caller unlinks it under the queue's
+ * lock. A woken one was unlinked by its waker. */
 int parker_wait(struct parker *p, void (*unlock)(void *), void *arg, int64_t deadline);
 /* parker_wait for a single waiter under one spin lock (or NULL). */
 int waiter_wait(struct waiter *wt, uint32_t *lock, int64_t deadline);
@@ -245,8 +246,9 @@ static inline void waitq_push(fern_waitq *q, struct waiter *wt)
 }
 void waitq_push_front(fern_waitq *q, struct waiter *wt);
 void waitq_unlink(struct waiter *wt);
-/* Pop waiters until one is claimed; returns it (W_CLAIMED, to be released
- * by the caller) or NULL. */
+/* Claim and unlink the first waiter that can still be won; returns it
+ * (W_CLAIMED, to be released by the caller) or NULL. Waiters that cannot be
+ * won are left linked for their own threads to unlink (see wait.c). */
 struct waiter *waitq_claim_one_slow(fern_waitq *q);
 static inline struct waiter *waitq_claim_one(fern_waitq *q)
 {
@@ -268,7 +270,8 @@ static inline struct waiter *waitq_claim_one(fern_waitq *q)
     wt->p->index = wt->index;
     return wt;
 }
-/* Claim every waiter that can still be won, chained through ->next. Wakers
+/* Claim (and unlink) every waiter that can still be won, chained through
+ * ->next; the others stay linked. Wakers
  * claim under the queue's lock and release after dropping it: a woken
  * thread may destroy the object holding the queue (and its lock) as soon as
  * it runs, so nothing may touch the object after the first release. */

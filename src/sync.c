@@ -3,8 +3,9 @@
  *
  * Mutex state_: 0 free, 1 locked, 2 locked and maybe waiters. The
  * uncontended lock is one CAS 0 -> 1 (plus a relaxed store of the owner for
- * EPERM checks and fern_dump); unlock is one exchange to 0, and only when it
- * returns 2 does it look at the wait queue.
+ * EPERM checks and fern_dump); unlock is one CAS 1 -> 0, and only when that
+ * fails (state 2) does it take the queue lock, free the mutex under it and
+ * look at the wait queue.
  *
  * No lost wake-up: a locker that fails sets state_ = 2 by exchange, then
  * takes lock_ (the queue lock) and exchanges 2 in again *under lock_*. If the
@@ -93,6 +94,16 @@ static inline bool cas_p(bool plain, uint32_t *p, uint32_t expect, uint32_t v)
     return CAS(p, &expect, v);
 }
 
+/* Add d to a counter that is also changed by threads not holding the
+ * object's locks (so atomically in shared mode). */
+static inline void add_p(bool plain, uint32_t *p, int32_t d)
+{
+    if (plain)
+        STORE_RELAXED(p, LOAD_RELAXED(p) + (uint32_t)d);
+    else
+        __atomic_fetch_add(p, (uint32_t)d, __ATOMIC_RELEASE);
+}
+
 static inline void qlock(bool plain, uint32_t *l)
 {
     if (!plain)
@@ -129,7 +140,9 @@ int fern_mutex_destroy(fern_mutex *m)
     struct caller me;
     caller_get(&me);
     bool plain = bias_enter(&m->bias_, &me);
-    int r = LOAD(&m->state_) != 0 ? EBUSY : queue_busy_p(plain, &m->lock_, &m->waiters_);
+    int r = LOAD(&m->state_) != 0 || LOAD(&m->users_) != 0
+                ? EBUSY
+                : queue_busy_p(plain, &m->lock_, &m->waiters_);
     bias_end(&me);
     return r;
 }
@@ -141,8 +154,13 @@ int fern_mutex_destroy(fern_mutex *m)
  * handing it mutex_lock's open operation instead measured slower on the
  * contended 2-worker benchmark (64.9 -> 60.3 M ops/s, 8 A/B pairs), the
  * shorter path from the failed CAS to the spin below hammering the lock's
- * line sooner. */
-static __attribute__((noinline)) int mutex_lock_slow(fern_mutex *m, int64_t deadline)
+ * line sooner.
+ *
+ * users_ (the destroy rule, wait.c): a locker counts itself from its first
+ * queueing until its last access to m, since a waiter woken to compete again
+ * is in no queue and does not hold m. `counted` says it is counted already
+ * (a condition waiter re-locking its mutex, see fern_cond_timedwait). */
+static __attribute__((noinline)) int mutex_lock_slow(fern_mutex *m, int64_t deadline, bool counted)
 {
     struct caller mine, *me = &mine;
     caller_get(me);
@@ -163,6 +181,8 @@ static __attribute__((noinline)) int mutex_lock_slow(fern_mutex *m, int64_t dead
             uint32_t z = 0;
             if (LOAD_RELAXED(&m->state_) == 0 && CAS(&m->state_, &z, 1)) {
                 STORE_RELAXED(&m->owner_, self);
+                if (counted)
+                    add_p(plain, &m->users_, -1);
                 bias_end(me);
                 return 0;
             }
@@ -174,6 +194,8 @@ static __attribute__((noinline)) int mutex_lock_slow(fern_mutex *m, int64_t dead
             break;
         int64_t now = fern_now_ns();
         if (deadline != FERN_FOREVER && now >= deadline) {
+            if (counted)
+                add_p(plain, &m->users_, -1);
             bias_end(me);
             return ETIMEDOUT;
         }
@@ -187,6 +209,10 @@ static __attribute__((noinline)) int mutex_lock_slow(fern_mutex *m, int64_t dead
         if (xchg_p(plain, &m->state_, 2) == 0) {
             qunlock(plain, &m->lock_);
             break;
+        }
+        if (!counted) {
+            add_p(plain, &m->users_, 1);
+            counted = true;
         }
         if (now - since > STARVE_NS) {
             /* Starving: go first and make unlock hand the mutex over. */
@@ -209,45 +235,53 @@ static __attribute__((noinline)) int mutex_lock_slow(fern_mutex *m, int64_t dead
             /* The deadline passed, but the mutex may be free right now. */
             if (xchg_p(plain, &m->state_, 2) == 0)
                 break;
+            add_p(plain, &m->users_, -1);
             bias_end(me);
             return ETIMEDOUT;
         }
         if (wt.p->result == 1) {
+            add_p(plain, &m->users_, -1);
             bias_end(me);
             return 0; /* handed over: unlock made us the owner */
         }
     }
     STORE_RELAXED(&m->owner_, self);
+    if (counted)
+        add_p(plain, &m->users_, -1);
     bias_end(me);
     return 0;
 }
 
-static inline int mutex_lock(fern_mutex *m, int64_t deadline)
+/* counted: the caller is counted in users_ and leaves it once it holds m
+ * (a constant at each call site). */
+static inline __attribute__((always_inline)) int mutex_lock(fern_mutex *m, int64_t deadline, bool counted)
 {
     struct caller me;
     caller_get(&me);
     bool plain = bias_enter(&m->bias_, &me);
     if (likely(cas_p(plain, &m->state_, 0, 1))) {
         STORE_RELAXED(&m->owner_, caller_self(&me));
+        if (counted)
+            add_p(plain, &m->users_, -1);
         bias_end(&me);
         return 0;
     }
     bias_end(&me);
-    return mutex_lock_slow(m, deadline);
+    return mutex_lock_slow(m, deadline, counted);
 }
 
 int fern_mutex_lock(fern_mutex *m)
 {
     if (!m)
         return EINVAL;
-    return mutex_lock(m, FERN_FOREVER);
+    return mutex_lock(m, FERN_FOREVER, false);
 }
 
 int fern_mutex_timedlock(fern_mutex *m, int64_t deadline_ns)
 {
     if (!m || deadline_ns < 0)
         return EINVAL;
-    return mutex_lock(m, deadline_ns);
+    return mutex_lock(m, deadline_ns, false);
 }
 
 int fern_mutex_trylock(fern_mutex *m)
@@ -269,8 +303,7 @@ int fern_mutex_trylock(fern_mutex *m)
 /* Under m's queue lock: unlink and return the first waiter to give the
  * mutex to (heirs too) or to wake (heirs left queued), or NULL. Heirs are won
  * already, so a claim would fail on them; other waiters must be won, and one
- * whose timed lock expired is dropped (it unlinks itself, finding itself
- * gone). */
+ * whose timed lock expired is left linked: it unlinks itself (wait.c). */
 static struct waiter *mutex_next_waiter(fern_mutex *m, bool heirs_too)
 {
     struct waiter *wt, *next;
@@ -283,9 +316,10 @@ static struct waiter *mutex_next_waiter(fern_mutex *m, bool heirs_too)
             m->heirs_--;
             return wt;
         }
-        waitq_unlink(wt);
-        if (waiter_claim(wt))
+        if (waiter_claim(wt)) {
+            waitq_unlink(wt);
             return wt;
+        }
     }
     return NULL;
 }
@@ -365,9 +399,14 @@ static inline int mutex_release(fern_mutex *m, bool plain, void *self)
     if (unlikely(LOAD_RELAXED(&m->handoff_)) && mutex_handoff(m, plain))
         return 0;
     STORE_RELAXED(&m->owner_, NULL);
-    if (likely(xchg_p(plain, &m->state_, 0) == 1))
+    if (likely(cas_p(plain, &m->state_, 1, 0)))
         return 0;
+    /* Waiters maybe: free m only under the queue lock. Once state_ is 0 a
+     * destroyer may find m idle, and it takes this lock to look at the
+     * queue, so our unlock of it is our last access (the destroy rule). A
+     * locker that set 2 meanwhile takes the lock after us and finds m free. */
     qlock(plain, &m->lock_);
+    STORE(&m->state_, 0);
     /* A waiter still asleep in the queue can be starving too: then the next
      * unlock hands over, whoever barges in now. */
     struct waiter *head = m->waiters_.head;
@@ -439,6 +478,8 @@ int fern_cond_timedwait(fern_cond *c, fern_mutex *m, int64_t deadline_ns)
     wt.token = self;
     wt.data = m; /* a broadcast may move us onto m's queue */
     waitq_push(&c->waiters_, &wt);
+    /* Count ourselves in m until we hold it again (the destroy rule). */
+    add_p(pm, &m->users_, 1);
     mutex_release(m, pm, self);
     wait_note_t(t, "cond", c);
     int st = waiter_wait(&wt, pc ? NULL : &c->lock_, deadline_ns); /* ends the operation */
@@ -451,9 +492,14 @@ int fern_cond_timedwait(fern_cond *c, fern_mutex *m, int64_t deadline_ns)
         qunlock(pc, &c->lock_);
         bias_end(&me);
     } else if (wt.p->result == 1) {
-        return 0; /* moved to m by a broadcast and handed m: we own it */
+        /* Moved to m by a broadcast and handed m: we own it. */
+        caller_get(&me);
+        pm = bias_enter(&m->bias_, &me);
+        add_p(pm, &m->users_, -1);
+        bias_end(&me);
+        return 0;
     }
-    mutex_lock(m, FERN_FOREVER);
+    mutex_lock(m, FERN_FOREVER, true);
     return st == W_TIMEDOUT ? ETIMEDOUT : 0;
 }
 
@@ -692,7 +738,7 @@ static int rw_rdlock(fern_rwlock *rw, int64_t deadline, bool try_only)
         return EINVAL;
     void *self = self_token();
     if (LOAD_RELAXED(&rw->writer_) == self)
-        return EDEADLK;
+        return try_only ? EBUSY : EDEADLK; /* a try never waits, so cannot deadlock */
     struct rdheld *h = rdheld_get(true);
     if (!h)
         return ENOMEM;
@@ -722,7 +768,7 @@ static int rw_wrlock(fern_rwlock *rw, int64_t deadline, bool try_only)
         return EINVAL;
     void *self = self_token();
     if (LOAD_RELAXED(&rw->writer_) == self || rdheld_has(rdheld_get(false), rw))
-        return EDEADLK;
+        return try_only ? EBUSY : EDEADLK;
     spin_lock(&rw->lock_);
     if (!rw->writer_ && rw->readers_ == 0) {
         STORE_RELAXED(&rw->writer_, self);

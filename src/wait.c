@@ -13,6 +13,29 @@
  * Visibility: the waiter is queued while the caller holds the queue's spin
  * lock; a green thread releases that lock only in the post-switch action,
  * after its registers are saved, so no waker can resume it half-parked.
+ *
+ * Destroy rule (every waitable object: mutex, cond, sem, rwlock, barrier,
+ * wait group, channel, and so select): an object's *_destroy takes its
+ * queue lock and says EBUSY while any waiter is linked in it, so a thread
+ * must stay visible in the object (linked, holding it, or counted) until
+ * its last access to it. Hence:
+ *  - only the waker that wins a waiter's claim unlinks it, under the queue
+ *    lock, before it releases the waiter; a claimed waiter never touches the
+ *    queue again;
+ *  - a waiter whose claim failed (it timed out, or its select fired on
+ *    another case) is never unlinked by anyone else: it stays linked until
+ *    its own thread takes the queue lock, unlinks itself and drops the lock,
+ *    and that unlock is its last access to the object. Wakers walk past it;
+ *  - a waker touches the object only under its lock and releases the waiters
+ *    it claimed after dropping the lock (the woken may destroy at once);
+ *  - a woken thread whose operation goes on to use the object (a mutex
+ *    waiter that competes again, a condition waiter re-locking its mutex)
+ *    is counted in the object (fern_mutex.users_) until its last access;
+ *  - a select relocks only the channels where it still has linked waiters:
+ *    the case that fired was unlinked by its waker, and that channel may be
+ *    gone already.
+ * A call that *starts* after or concurrently with *_destroy is the caller's
+ * bug, as in POSIX; the rule covers every thread that entered earlier.
  */
 #include "internal.h"
 
@@ -213,21 +236,27 @@ void waitq_unlink(struct waiter *wt)
     wt->next = wt->prev = NULL;
 }
 
+/* Claim the first waiter that can still be won, unlinking it. Waiters
+ * whose claim fails stay linked: their threads unlink themselves (the
+ * destroy rule above). */
 struct waiter *waitq_claim_one_slow(fern_waitq *q)
 {
-    struct waiter *wt;
-    while ((wt = q->head) != NULL) {
-        waitq_unlink(wt);
-        if (waiter_claim(wt))
+    for (struct waiter *wt = q->head; wt; wt = wt->next)
+        if (waiter_claim(wt)) {
+            waitq_unlink(wt);
             return wt;
-    }
+        }
     return NULL;
 }
 
 struct waiter *waitq_claim_all(fern_waitq *q)
 {
-    struct waiter *head = NULL, **tail = &head, *wt;
-    while ((wt = waitq_claim_one(q)) != NULL) {
+    struct waiter *head = NULL, **tail = &head, *wt, *next;
+    for (wt = q->head; wt; wt = next) {
+        next = wt->next;
+        if (!waiter_claim(wt))
+            continue;
+        waitq_unlink(wt);
         *tail = wt;
         tail = &wt->next;
     }

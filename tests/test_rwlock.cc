@@ -59,7 +59,8 @@ TEST(RwLock, ReadersShareWritersExclude) {
     ASSERT_EQ(0, run_green([&] {
         EXPECT_EQ(0, fern_rwlock_tryrdlock(&rw));
         EXPECT_EQ(0, fern_rwlock_timedrdlock(&rw, fern_now_ns() + ms(10)));
-        EXPECT_EQ(EDEADLK, fern_rwlock_trywrlock(&rw)) << "holds a read lock";
+        EXPECT_EQ(EBUSY, fern_rwlock_trywrlock(&rw)) << "holds a read lock: a try says busy";
+        EXPECT_EQ(EDEADLK, fern_rwlock_wrlock(&rw)) << "holds a read lock: would wait for itself";
         int64_t t0 = fern_now_ns();
         EXPECT_EQ(EDEADLK, fern_rwlock_timedwrlock(&rw, t0 + ms(20))) << "holds a read lock";
         EXPECT_EQ(0, fern_rwlock_unlock(&rw));
@@ -103,10 +104,14 @@ TEST(RwLock, DeadlockAndPermissionErrors) {
             EXPECT_EQ(EDEADLK, fern_rwlock_rdlock(&rw));
             EXPECT_EQ(EDEADLK, fern_rwlock_timedrdlock(&rw, fern_now_ns() + ms(5)));
             EXPECT_EQ(EDEADLK, fern_rwlock_timedwrlock(&rw, fern_now_ns() + ms(5)));
+            EXPECT_EQ(EBUSY, fern_rwlock_trywrlock(&rw)) << "a try never says EDEADLK";
+            EXPECT_EQ(EBUSY, fern_rwlock_tryrdlock(&rw)) << "a try never says EDEADLK";
             EXPECT_EQ(0, fern_rwlock_unlock(&rw));
             EXPECT_EQ(EPERM, fern_rwlock_unlock(&rw));
             ASSERT_EQ(0, fern_rwlock_rdlock(&rw));
             EXPECT_EQ(EDEADLK, fern_rwlock_wrlock(&rw));
+            EXPECT_EQ(EDEADLK, fern_rwlock_timedwrlock(&rw, fern_now_ns() + ms(5)));
+            EXPECT_EQ(EBUSY, fern_rwlock_trywrlock(&rw)) << "a try never says EDEADLK";
             EXPECT_EQ(0, fern_rwlock_unlock(&rw));
             EXPECT_EQ(EPERM, fern_rwlock_unlock(&rw));
             EXPECT_EQ(0, fern_rwlock_destroy(&rw));

@@ -236,7 +236,7 @@ typedef struct fern_mutex {
     uint32_t handoff_; /* 1: unlock hands the mutex over to a waiter */
     uint32_t heirs_;   /* waiters moved here by fern_cond_broadcast */
     uint32_t bias_;    /* worker whose green threads use plain stores, or shared */
-    uint32_t pad_;
+    uint32_t users_;   /* lockers woken to compete again, condition waiters using it */
 } fern_mutex;
 
 typedef struct fern_cond {
@@ -251,7 +251,17 @@ typedef struct fern_cond {
 /* Initialise (same as zeroing). Return 0; EINVAL if the pointer is NULL. */
 int fern_mutex_init(fern_mutex *m);
 
-/* Return 0; EINVAL if m is NULL; EBUSY if it is locked or has waiters. */
+/* Destroying waitable objects (mutex, cond, sem, rwlock, barrier, wait
+ * group, channel): *_destroy returns EBUSY until no thread that entered an
+ * operation on the object is still inside it, counting threads already
+ * woken, timed out or whose select fired elsewhere that have not yet
+ * returned. Once it returns 0 the memory may be freed at once, e.g. right
+ * after the last broadcast, post, close or unlock. A call that starts
+ * concurrently with or after the destroy is the caller's bug, as in POSIX.
+ *
+ * Return 0; EINVAL if m is NULL; EBUSY if it is locked, has waiters, or a
+ * thread woken to lock it, or waiting on a condition variable with it, has
+ * not finished with it. */
 int fern_mutex_destroy(fern_mutex *m);
 
 /* Lock, parking (green) or blocking (plain) while another holds it.
@@ -275,7 +285,9 @@ int fern_mutex_unlock(fern_mutex *m);
 /* Initialise (same as zeroing). Return 0; EINVAL if c is NULL. */
 int fern_cond_init(fern_cond *c);
 
-/* Return 0; EINVAL if c is NULL; EBUSY if threads wait on it. */
+/* Return 0; EINVAL if c is NULL; EBUSY while a waiter is inside a wait on
+ * it (including one that timed out and has not yet left; a woken one no
+ * longer uses c, only its mutex). */
 int fern_cond_destroy(fern_cond *c);
 
 /* Atomically release m and wait for a signal, then re-acquire m. Wake-ups
@@ -313,7 +325,8 @@ typedef struct fern_sem {
 /* Initialise with a value. Return 0; EINVAL if s is NULL or value exceeds
  * FERN_SEM_VALUE_MAX. A zeroed fern_sem is a semaphore of value 0. */
 int fern_sem_init(fern_sem *s, unsigned value);
-/* Return 0; EINVAL if s is NULL; EBUSY if threads wait on it. */
+/* Return 0; EINVAL if s is NULL; EBUSY while a waiter is inside a wait on it
+ * (including one that timed out and has not yet left). */
 int fern_sem_destroy(fern_sem *s);
 /* Take one unit, waiting while the value is 0. Return 0; EINVAL if s is NULL. */
 int fern_sem_wait(fern_sem *s);
@@ -343,19 +356,25 @@ typedef struct fern_rwlock {
 
 /* Return 0; EINVAL if rw is NULL. */
 int fern_rwlock_init(fern_rwlock *rw);
-/* Return 0; EINVAL if rw is NULL; EBUSY if held or waited on. */
+/* Return 0; EINVAL if rw is NULL; EBUSY if held (a woken waiter holds it
+ * already) or waited on (including by a waiter that timed out and has not
+ * yet left). */
 int fern_rwlock_destroy(fern_rwlock *rw);
 /* Return 0; EINVAL if rw is NULL; EDEADLK if the caller holds the write lock;
  * EAGAIN if the caller already holds FERN_RWLOCK_READS_MAX read locks. */
 int fern_rwlock_rdlock(fern_rwlock *rw);
-/* As rdlock; EBUSY instead of waiting. */
+/* As rdlock, but never waits: EBUSY where rdlock would wait, and also when
+ * the caller holds the write lock (as fern_mutex_trylock: a try cannot
+ * deadlock, so it reports the lock as taken, like POSIX's tryrdlock). */
 int fern_rwlock_tryrdlock(fern_rwlock *rw);
 /* As rdlock with a deadline; ETIMEDOUT if it passed first; EINVAL also for a
  * negative deadline. */
 int fern_rwlock_timedrdlock(fern_rwlock *rw, int64_t deadline_ns);
 /* Return 0; EINVAL if rw is NULL; EDEADLK if the caller holds it (read or write). */
 int fern_rwlock_wrlock(fern_rwlock *rw);
-/* As wrlock; EBUSY instead of waiting. */
+/* As wrlock, but never waits: EBUSY where wrlock would wait, and also when
+ * the caller itself holds the lock, for reading or writing (no EDEADLK, as
+ * POSIX's trywrlock). Return 0; EINVAL if rw is NULL. */
 int fern_rwlock_trywrlock(fern_rwlock *rw);
 /* As wrlock with a deadline; ETIMEDOUT if it passed first. */
 int fern_rwlock_timedwrlock(fern_rwlock *rw, int64_t deadline_ns);
@@ -378,7 +397,8 @@ typedef struct fern_barrier {
 /* Return 0; EINVAL if b is NULL or count is 0. A zeroed barrier must be
  * initialised before use (its count is 0: fern_barrier_wait says EINVAL). */
 int fern_barrier_init(fern_barrier *b, unsigned count);
-/* Return 0; EINVAL if b is NULL; EBUSY if threads wait on it. */
+/* Return 0; EINVAL if b is NULL; EBUSY if threads wait on it (threads
+ * released by the last arrival no longer use it). */
 int fern_barrier_destroy(fern_barrier *b);
 /* Wait until `count` threads have arrived. Returns FERN_BARRIER_SERIAL_THREAD
  * in exactly one of them (the last to arrive) and 0 in the others; EINVAL if b
@@ -396,8 +416,8 @@ typedef struct fern_wg {
 
 /* Return 0; EINVAL if wg is NULL. */
 int fern_wg_init(fern_wg *wg);
-/* Return 0; EINVAL if wg is NULL; EBUSY if threads wait on it or the count is
- * not 0. */
+/* Return 0; EINVAL if wg is NULL; EBUSY if the count is not 0 or a waiter is
+ * inside a wait on it (including one that timed out and has not yet left). */
 int fern_wg_destroy(fern_wg *wg);
 /* Add delta (may be negative) to the counter; at 0 every waiter wakes.
  * Return 0; EINVAL if wg is NULL or the counter would go below 0 (nothing
@@ -436,8 +456,11 @@ typedef struct fern_chan fern_chan;
  * Return 0; EINVAL if ch is NULL, elem_size is 0 or elem_size * capacity
  * overflows; ENOMEM if the buffer cannot be allocated. */
 int fern_chan_create(fern_chan **ch, size_t elem_size, size_t capacity);
-/* Free a channel. Return 0; EINVAL if ch is NULL; EBUSY if threads wait on it
- * (the channel is not freed then). */
+/* Free a channel. Return 0; EINVAL if ch is NULL; EBUSY while a sender,
+ * receiver or select is inside an operation on it, including one that timed
+ * out or whose select fired on another case and has not yet left (the
+ * channel is not freed then). A select woken by this channel (a close, a
+ * send) does not touch it again: destroy may follow the close at once. */
 int fern_chan_destroy(fern_chan *ch);
 /* Close: no more sends. Receivers get what is buffered, then EPIPE; blocked
  * senders wake with EPIPE. Return 0; EINVAL if ch is NULL; EPIPE if closed. */
