@@ -3,8 +3,10 @@
  *
  * Overflow: each worker runs with an alternate signal stack, and a SIGSEGV /
  * SIGBUS handler checks whether the faulting address lies in the guard page
- * of the green thread running on that worker. If so it writes one line to
- * stderr (id, name, stack size; only async-signal-safe calls) and aborts.
+ * of the green thread running on that worker, or the thread's stack pointer
+ * lies below its stack (a frame that jumped the guard). If so it writes one
+ * line to stderr (id, name, stack size; only async-signal-safe calls) and
+ * aborts.
  * Any other fault goes to the handler that was installed before ours, or
  * gets the default action after crash.c's report of the green thread.
  */
@@ -13,6 +15,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <sys/mman.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #define ALTSTACK_SIZE ((size_t)64 * 1024)
@@ -86,13 +89,35 @@ void signal_chain(const struct sigaction *old, int sig, siginfo_t *si, void *uc)
         raise(sig);
 }
 
+/* A frame bigger than the guard page (a large local array or alloca, built
+ * without -fstack-clash-protection) can move the stack pointer past the
+ * guard without touching it; the fault then comes from some other page
+ * (a neighbour's guard, an unmapped gap). It is still an overflow if the
+ * faulting thread's stack pointer lies below its stack, within JUMP_MAX: a
+ * green thread that switched to a stack of its own elsewhere (a coroutine
+ * library) is not taken for one. */
+#define JUMP_MAX ((uintptr_t)64 << 20)
+static bool sp_jumped_guard(const struct stack *s, const void *uc)
+{
+    const ucontext_t *u = uc;
+#if defined(__x86_64__)
+    uintptr_t sp = (uintptr_t)u->uc_mcontext.gregs[REG_RSP];
+#elif defined(__aarch64__)
+    uintptr_t sp = (uintptr_t)u->uc_mcontext.sp;
+#else
+    uintptr_t sp = (uintptr_t)s->lo;
+#endif
+    uintptr_t lo = (uintptr_t)s->lo;
+    return sp < lo && lo - sp <= JUMP_MAX;
+}
+
 static void on_fault(int sig, siginfo_t *si, void *uc)
 {
     struct worker *w = worker_self();
     if (w && w->cur && w->cur != &w->g0) {
         fern_thread *t = w->cur;
         struct stack *s = t->stack;
-        if (s && stack_in_guard(s, si->si_addr))
+        if (s && (stack_in_guard(s, si->si_addr) || sp_jumped_guard(s, uc)))
             overflow_report(t, si->si_addr);
     }
     struct sigaction *old = sig == SIGBUS ? &old_bus : &old_segv;

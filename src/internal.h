@@ -317,6 +317,27 @@ struct stack {
     uint8_t dirty;           /* used since its last trim */
 };
 #define STACK_CANARY 0x5a17e57ac4a21e5aull
+/* Canary mode: words spread over the stack's lowest page (an overflow that
+ * skips the lowest word, as a big frame's sparse writes do, still hits one
+ * of them), checked with the saved stack pointer at every switch-out. */
+#define STACK_CANARY_WORDS 8
+#define STACK_CANARY_STRIDE 512
+static inline void stack_canary_set(struct stack *s)
+{
+    for (int i = 0; i < STACK_CANARY_WORDS; i++)
+        *(uint64_t *)(s->lo + i * STACK_CANARY_STRIDE) = STACK_CANARY;
+}
+/* False if a canary word changed or sp (the thread's, as it switches out)
+ * lies outside its stack. */
+static inline bool stack_canary_intact(const struct stack *s, const void *sp)
+{
+    if ((const char *)sp < s->lo || (const char *)sp >= s->lo + s->size)
+        return false;
+    for (int i = 0; i < STACK_CANARY_WORDS; i++)
+        if (*(const uint64_t *)(s->lo + i * STACK_CANARY_STRIDE) != STACK_CANARY)
+            return false;
+    return true;
+}
 #define STACK_CLASSES 17     /* 16 KiB .. 1 GiB, powers of two */
 #define STACK_HOT 4          /* untrimmed stacks a worker keeps per class */
 #define STACK_CACHE_MAX 256  /* stacks a worker keeps per class */

@@ -383,10 +383,12 @@ static inline __attribute__((always_inline)) fern_thread *pick_next(struct worke
 
 /* Switch from cur to next on w. Returns on cur's context when it is resumed,
  * possibly on another worker. `dying` marks a context that never resumes. */
-/* A thread leaving the CPU: on a canary-guarded stack, check the canary. */
+/* A thread leaving the CPU: on a canary-guarded stack, check the canaries
+ * and that its stack pointer (this frame's) is still inside the stack. */
 static inline void canary_check(fern_thread *t, struct stack *s)
 {
-    if (s && s->guard == FERN_GUARD_CANARY && *(uint64_t *)s->lo != STACK_CANARY)
+    if (s && unlikely(s->guard == FERN_GUARD_CANARY) &&
+        !stack_canary_intact(s, __builtin_frame_address(0)))
         overflow_report(t, s->lo);
 }
 

@@ -15,11 +15,11 @@
  *  2. mprotect(PROT_NONE) on the guard page: splits the mapping, two mappings
  *     per stack, so only GUARD_BUDGET stacks get one (well under the limit,
  *     leaving room for the program's own mappings).
- *  3. Beyond the budget: a canary word at the stack's lowest address, checked
- *     at every switch away from the thread. An overflow is then caught late
- *     (at the thread's next switch) and may already have corrupted the
- *     neighbouring slot; writing the canary also commits the stack's lowest
- *     page (4 KiB more per stack).
+ *  3. Beyond the budget: canary words spread over the stack's lowest page,
+ *     checked with the thread's stack pointer at every switch away from it.
+ *     An overflow is then caught late (at the thread's next switch) and may
+ *     already have corrupted the neighbouring slot; writing the canaries
+ *     also commits the stack's lowest page (4 KiB more per stack).
  * FERN_GUARD=mprotect|canary forces a weaker mode (for tests and for kernels
  * that misreport); FERN_GUARD_BUDGET sets the mprotect budget.
  *
@@ -393,7 +393,7 @@ struct stack *stack_get(struct worker *w, int cls)
     }
     s->next = NULL;
     if (s->guard == FERN_GUARD_CANARY)
-        *(uint64_t *)s->lo = STACK_CANARY;
+        stack_canary_set(s);
     COUNT(&w->n_bound, 1);
     return s;
 }

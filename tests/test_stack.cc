@@ -119,6 +119,12 @@ void *overflow_body(void *) {
     return (void *)recurse(1 << 30, &lowest);
 }
 
+extern "C" int big_frame_probed(void);
+extern "C" int big_frame_unprobed(void);
+extern "C" int big_frame_unprobed_yield(void);
+
+fern_fn g_overflow_body = overflow_body;
+
 void overflow_main(size_t stack_size, bool own_cluster) {
     fern_attr a{};
     a.stack_size = stack_size;
@@ -129,7 +135,7 @@ void overflow_main(size_t stack_size, bool own_cluster) {
         a.cluster = c;
     }
     fern_thread *t = nullptr;
-    if (fern_spawn(&t, &a, overflow_body, nullptr) != 0) return;
+    if (fern_spawn(&t, &a, g_overflow_body, nullptr) != 0) return;
     fern_join(t, nullptr);
     std::fprintf(stderr, "joined: the overflow was not caught\n");
     std::exit(0);
@@ -242,6 +248,51 @@ TEST(StackDeathTest, OverflowCaughtWithOneGuardCallPerStack) {
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     setenv("FERN_GUARD", "madvise", 1); // read by the child's runtime
     EXPECT_DEATH(parked_then_overflow(64 * 1024, 5), overflow_report(64 * 1024, false));
+    unsetenv("FERN_GUARD");
+}
+
+// A frame bigger than the guard page: the thread prints its id, then runs
+// `victim` (tests/big_frame_*.c).
+template <int (*victim)(void)> void *big_frame_body(void *) {
+    std::fprintf(stderr, "self-id=%" PRIu64 "\n", fern_thread_id(nullptr));
+    std::fflush(stderr);
+    long r = victim();
+    fern_sleep_ns(1000); // a switch-out: where canary mode looks
+    return (void *)r;
+}
+
+// Built as `pkg-config --cflags fern` says (-fstack-clash-protection): a
+// 200 KiB frame on a 128 KiB stack probes into the guard page.
+TEST(StackDeathTest, ProbedBigFrameHitsTheGuard) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    g_overflow_body = big_frame_body<big_frame_probed>;
+    EXPECT_DEATH(overflow_main(128 * 1024, false), overflow_report(128 * 1024, true));
+    g_overflow_body = overflow_body;
+}
+
+// Built without -fstack-clash-protection: a 64 KiB frame on a 16 KiB stack
+// jumps the guard; the fault comes from below it (a neighbour's guard, with
+// neighbours parked below), and the stack pointer says whose overflow it is.
+TEST(StackDeathTest, UnprobedBigFrameThatJumpsTheGuardIsReported) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    g_overflow_body = big_frame_body<big_frame_unprobed>;
+    EXPECT_DEATH(parked_then_overflow(16 * 1024, 5), overflow_report(16 * 1024, true));
+    EXPECT_DEATH(overflow_main(16 * 1024, false), overflow_report(16 * 1024, true));
+    g_overflow_body = overflow_body;
+}
+
+// Canary mode: no guard page at all. The big frame's writes overwrite the
+// canary words over the lowest page (caught at the next switch-out), and a
+// thread that switches out with its stack pointer below its stack is caught
+// even if no canary word was hit.
+TEST(StackDeathTest, CanaryModeCatchesBigFrames) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    setenv("FERN_GUARD", "canary", 1); // read by the child's runtime
+    g_overflow_body = big_frame_body<big_frame_unprobed>;
+    EXPECT_DEATH(parked_then_overflow(16 * 1024, 5), overflow_report(16 * 1024, true));
+    g_overflow_body = big_frame_body<big_frame_unprobed_yield>;
+    EXPECT_DEATH(parked_then_overflow(16 * 1024, 5), overflow_report(16 * 1024, true));
+    g_overflow_body = overflow_body;
     unsetenv("FERN_GUARD");
 }
 

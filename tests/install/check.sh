@@ -82,7 +82,7 @@ check cxx17-one-clear-error cxx_too_old
 
 cmake_package() {
     mkdir -p "$work/cm" &&
-    cp "$here/prog.c" "$here/prog.cc" "$here/CMakeLists.txt" "$work/cm/" &&
+    cp "$here/prog.c" "$here/prog.cc" "$here/overflow.c" "$here/CMakeLists.txt" "$work/cm/" &&
     cmake -S "$work/cm" -B "$work/cm/build" -DCMAKE_PREFIX_PATH="$prefix" &&
     cmake --build "$work/cm/build" &&
     prints "fern ok 42" "$work/cm/build/prog" &&
@@ -115,6 +115,20 @@ man_pages() {
     MANPATH="$prefix/share/man" man -w fern_spawn | grep -q "$prefix/share/man/man3/fern_spawn.3"
 }
 check man-pages man_pages
+
+# The flags consumers get carry -fstack-clash-protection: a 200 KiB frame on
+# a 128 KiB stack (overflow.c) is reported as an overflow naming the thread,
+# built with pkg-config and with the CMake package.
+overflow_reported() {
+    $CC -O2 -o "$work/overflow" "$here/overflow.c" $(pkg-config --cflags --libs fern) \
+        -Wl,-rpath,"$libdir" || return 1
+    for p in "$work/overflow" "$work/cm/build/overflow"; do
+        if "$p" 2>"$work/overflow.err"; then echo "$p: exited normally"; return 1; fi
+        grep -q '"big-frame" overflowed its stack of 131072 bytes' "$work/overflow.err" ||
+            { echo "$p: no overflow report:"; cat "$work/overflow.err"; return 1; }
+    done
+}
+check big-frame-overflow-reported overflow_reported
 
 # The exported fern::fern names the include directory once.
 include_once() {
