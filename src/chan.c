@@ -345,24 +345,25 @@ int fern_select(fern_select_case *cases, size_t n, int64_t deadline_ns)
     /* Unlink the waiters nobody won (the destroy rule, wait.c). The case
      * that fired was unlinked by its waker, and its channel may be closed
      * and destroyed by now: relock it only if another case still waits
-     * there. */
+     * there. A lockset of its own: the post-switch unlock may still be
+     * reading ls (it releases the locks one by one, and we may have been
+     * woken through one already released); it is done with a channel once
+     * it has unlocked it, and we relock every other one. */
     int fired = st == W_WOKEN ? p.index : -1;
-    if (fired >= 0) {
-        fern_chan *fc = cases[fired].chan;
-        bool shared = false;
-        for (size_t i = 0; i < n && !shared; i++)
-            shared = (int)i != fired && cases[i].chan == fc;
-        size_t j = 0;
-        for (size_t k = 0; k < ls.n; k++)
-            if (shared || ls.ch[k] != fc)
-                ls.ch[j++] = ls.ch[k];
-        ls.n = j;
-    }
-    lockset_lock(&ls);
+    fern_chan *fc = fired >= 0 ? cases[fired].chan : NULL;
+    for (size_t i = 0; fc && i < n; i++)
+        if ((int)i != fired && cases[i].chan == fc)
+            fc = NULL; /* another case waits there too */
+    struct lockset left;
+    left.n = 0;
+    for (size_t k = 0; k < ls.n; k++)
+        if (ls.ch[k] != fc)
+            left.ch[left.n++] = ls.ch[k];
+    lockset_lock(&left);
     for (size_t i = 0; i < n; i++)
         if ((int)i != fired)
             waitq_unlink(&w[i]);
-    lockset_unlock(&ls);
+    lockset_unlock(&left);
     if (w != stackw)
         free(w);
     if (st == W_TIMEDOUT)
