@@ -19,6 +19,7 @@
 #include "probes.h"
 
 #include <stdio.h>
+#include <unistd.h>
 
 #ifdef FERN_ASAN
 #include <sanitizer/common_interface_defs.h>
@@ -78,6 +79,38 @@ fern_thread *thread_alloc(struct worker *w)
     return t;
 }
 
+#ifdef FERN_TSAN
+/* ThreadSanitizer tracks each green thread as a fiber, which takes one of its
+ * thread slots (8,128 in all, OS threads included) from fern_spawn until the
+ * thread is released, and aborts the process when they run out. fern_spawn
+ * says EAGAIN before that, leaving room for the program's OS threads. */
+static uint32_t tsan_fibers;
+
+static bool tsan_fiber_take(void)
+{
+    if (__atomic_add_fetch(&tsan_fibers, 1, __ATOMIC_RELAXED) <= FERN_TSAN_THREADS_MAX)
+        return true;
+    __atomic_sub_fetch(&tsan_fibers, 1, __ATOMIC_RELAXED);
+    static uint32_t said;
+    if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED)) {
+        static const char msg[] = "fern: ThreadSanitizer build: more than FERN_TSAN_THREADS_MAX (7,000) "
+                                  "live green threads; fern_spawn returns EAGAIN\n";
+        ssize_t r = write(2, msg, sizeof msg - 1);
+        (void)r;
+    }
+    return false;
+}
+
+static void tsan_fiber_drop(fern_thread *t)
+{
+    if (t->tsan_fiber) {
+        __tsan_destroy_fiber(t->tsan_fiber);
+        t->tsan_fiber = NULL;
+        __atomic_sub_fetch(&tsan_fibers, 1, __ATOMIC_RELAXED);
+    }
+}
+#endif
+
 void thread_free(struct worker *w, fern_thread *t)
 {
     if (t->keys) {
@@ -87,10 +120,7 @@ void thread_free(struct worker *w, fern_thread *t)
     free(t->rdheld);
     t->rdheld = NULL;
 #ifdef FERN_TSAN
-    if (t->tsan_fiber) {
-        __tsan_destroy_fiber(t->tsan_fiber);
-        t->tsan_fiber = NULL;
-    }
+    tsan_fiber_drop(t);
 #endif
     STORE(&t->alloc, A_FREE);
     if (w && w->nfree_threads < THREAD_CACHE_MAX) {
@@ -121,8 +151,7 @@ void threads_fini(uint64_t *abandoned)
                 free(t->keys);
                 free(t->rdheld);
 #ifdef FERN_TSAN
-                if (t->tsan_fiber)
-                    __tsan_destroy_fiber(t->tsan_fiber);
+                tsan_fiber_drop(t);
 #endif
             }
         }
@@ -181,6 +210,7 @@ int threads_dump(FILE *f)
 /* Spawn, exit, join                                                         */
 /* ------------------------------------------------------------------------ */
 
+
 static uint64_t next_id(struct worker *w)
 {
     if (!w)
@@ -223,9 +253,17 @@ int fern_spawn(fern_thread **out, const fern_attr *attr, fern_fn fn, void *arg)
         return EINVAL;
     if (unlikely(LOAD_RELAXED(&stack_starved)))
         return EAGAIN;
-    fern_thread *t = thread_alloc(w);
-    if (!t)
+#ifdef FERN_TSAN
+    if (!tsan_fiber_take())
         return EAGAIN;
+#endif
+    fern_thread *t = thread_alloc(w);
+    if (!t) {
+#ifdef FERN_TSAN
+        __atomic_sub_fetch(&tsan_fibers, 1, __ATOMIC_RELAXED);
+#endif
+        return EAGAIN;
+    }
     t->sp = NULL;
     STORE_RELAXED(&t->stack, NULL);
     t->fn = fn;

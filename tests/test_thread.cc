@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 #include <string>
@@ -450,6 +451,48 @@ TEST(Thread, ManyThreadsSpawnTree) {
         for (auto k : kids) EXPECT_EQ(0, fern_join(k, nullptr));
     }));
     EXPECT_EQ(400, count.load());
+}
+
+// ThreadSanitizer builds refuse a spawn past FERN_TSAN_THREADS_MAX live
+// green threads with EAGAIN and one stderr line, rather than letting the
+// sanitizer abort the process; other builds have no such limit.
+TEST(Thread, SpawnPastTheSanitizerThreadLimit) {
+    fern_sem gate = FERN_SEM_INIT(0);
+    fern_attr a{};
+    a.stack_size = FERN_STACK_MIN;
+    auto parked = [](void *g) -> void * {
+        fern_sem_wait(static_cast<fern_sem *>(g));
+        return nullptr;
+    };
+    const long want = FERN_TSAN_THREADS_MAX + 100;
+    std::vector<fern_thread *> ts;
+    ts.reserve(want);
+    int rc = 0;
+    testing::internal::CaptureStderr();
+    while ((long)ts.size() < want) {
+        fern_thread *t = nullptr;
+        if ((rc = fern_spawn(&t, &a, parked, &gate)) != 0) break;
+        ts.push_back(t);
+    }
+    std::string err = testing::internal::GetCapturedStderr();
+    if (kTsan) {
+        EXPECT_EQ(EAGAIN, rc);
+        EXPECT_LE((long)ts.size(), FERN_TSAN_THREADS_MAX);
+        EXPECT_GE((long)ts.size(), FERN_TSAN_THREADS_MAX - 64) << "other live threads";
+        EXPECT_NE(std::string::npos, err.find("FERN_TSAN_THREADS_MAX")) << err;
+        EXPECT_EQ(1, std::count(err.begin(), err.end(), '\n')) << err;
+    } else {
+        EXPECT_EQ(0, rc);
+        EXPECT_EQ(want, (long)ts.size());
+    }
+    for (size_t i = 0; i < ts.size(); i++) EXPECT_EQ(0, fern_sem_post(&gate));
+    for (auto *t : ts) EXPECT_EQ(0, fern_join(t, nullptr));
+    if (kTsan) { // the slots come back
+        fern_thread *t = nullptr;
+        fern_sem_post(&gate);
+        EXPECT_EQ(0, fern_spawn(&t, &a, parked, &gate));
+        EXPECT_EQ(0, fern_join(t, nullptr));
+    }
 }
 
 } // namespace

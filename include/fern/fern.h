@@ -107,8 +107,16 @@ typedef struct fern_attr {
  * Returns 0; EINVAL if fn is NULL, t is NULL for a joinable thread, the stack
  * size is outside [FERN_STACK_MIN, FERN_STACK_MAX] or the cluster is being
  * destroyed; EAGAIN if stacks or descriptors cannot be had (memory or
- * mappings exhausted); or an error of fern_init when it starts the runtime. */
+ * mappings exhausted), or, in a ThreadSanitizer build, if
+ * FERN_TSAN_THREADS_MAX green threads are live already (spawned and not yet
+ * joined or, if detached, finished; one line on stderr says so the first
+ * time); or an error of fern_init when it starts the runtime. */
 int fern_spawn(fern_thread **t, const fern_attr *attr, fern_fn fn, void *arg);
+
+/* ThreadSanitizer counts each live green thread against its limit of 8,128
+ * threads (OS threads included) and aborts the process past it; a
+ * ThreadSanitizer build of fern refuses spawns beyond this many instead. */
+#define FERN_TSAN_THREADS_MAX 7000
 
 /* Spawn a detached thread with default attributes. Same errors as fern_spawn. */
 int fern_go(fern_fn fn, void *arg);
