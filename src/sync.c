@@ -94,16 +94,6 @@ static inline bool cas_p(bool plain, uint32_t *p, uint32_t expect, uint32_t v)
     return CAS(p, &expect, v);
 }
 
-/* Add d to a counter that is also changed by threads not holding the
- * object's locks (so atomically in shared mode). */
-static inline void add_p(bool plain, uint32_t *p, int32_t d)
-{
-    if (plain)
-        STORE_RELAXED(p, LOAD_RELAXED(p) + (uint32_t)d);
-    else
-        __atomic_fetch_add(p, (uint32_t)d, __ATOMIC_RELEASE);
-}
-
 static inline void qlock(bool plain, uint32_t *l)
 {
     if (!plain)
@@ -114,6 +104,18 @@ static inline void qunlock(bool plain, uint32_t *l)
 {
     if (!plain)
         spin_unlock(l);
+}
+
+/* m->users_ changes, and destroy reads it, under m's queue lock. A thread
+ * counted there hands over to state_ and back (it is counted before it
+ * releases m for a condition wait, and until after it holds m again), so
+ * one of the two always shows it; reading both under the lock, a destroyer
+ * cannot see the one before a hand-over and the other after it. */
+static inline void users_add(bool plain, fern_mutex *m, int32_t d)
+{
+    qlock(plain, &m->lock_);
+    m->users_ += (uint32_t)d;
+    qunlock(plain, &m->lock_);
 }
 
 /* EBUSY while anyone waits on q (guarded by *lock, or plain). */
@@ -140,11 +142,11 @@ int fern_mutex_destroy(fern_mutex *m)
     struct caller me;
     caller_get(&me);
     bool plain = bias_enter(&m->bias_, &me);
-    int r = LOAD(&m->state_) != 0 || LOAD(&m->users_) != 0
-                ? EBUSY
-                : queue_busy_p(plain, &m->lock_, &m->waiters_);
+    qlock(plain, &m->lock_);
+    bool busy = LOAD(&m->state_) != 0 || m->users_ != 0 || !waitq_empty(&m->waiters_);
+    qunlock(plain, &m->lock_);
     bias_end(&me);
-    return r;
+    return busy ? EBUSY : 0;
 }
 
 #define STARVE_NS 1000000 /* a waiter queued this long turns on hand-off */
@@ -182,7 +184,7 @@ static __attribute__((noinline)) int mutex_lock_slow(fern_mutex *m, int64_t dead
             if (LOAD_RELAXED(&m->state_) == 0 && CAS(&m->state_, &z, 1)) {
                 STORE_RELAXED(&m->owner_, self);
                 if (counted)
-                    add_p(plain, &m->users_, -1);
+                    users_add(plain, m, -1);
                 bias_end(me);
                 return 0;
             }
@@ -195,7 +197,7 @@ static __attribute__((noinline)) int mutex_lock_slow(fern_mutex *m, int64_t dead
         int64_t now = fern_now_ns();
         if (deadline != FERN_FOREVER && now >= deadline) {
             if (counted)
-                add_p(plain, &m->users_, -1);
+                users_add(plain, m, -1);
             bias_end(me);
             return ETIMEDOUT;
         }
@@ -211,7 +213,7 @@ static __attribute__((noinline)) int mutex_lock_slow(fern_mutex *m, int64_t dead
             break;
         }
         if (!counted) {
-            add_p(plain, &m->users_, 1);
+            m->users_++; /* under lock_ */
             counted = true;
         }
         if (now - since > STARVE_NS) {
@@ -235,19 +237,19 @@ static __attribute__((noinline)) int mutex_lock_slow(fern_mutex *m, int64_t dead
             /* The deadline passed, but the mutex may be free right now. */
             if (xchg_p(plain, &m->state_, 2) == 0)
                 break;
-            add_p(plain, &m->users_, -1);
+            users_add(plain, m, -1);
             bias_end(me);
             return ETIMEDOUT;
         }
         if (wt.p->result == 1) {
-            add_p(plain, &m->users_, -1);
+            users_add(plain, m, -1);
             bias_end(me);
             return 0; /* handed over: unlock made us the owner */
         }
     }
     STORE_RELAXED(&m->owner_, self);
     if (counted)
-        add_p(plain, &m->users_, -1);
+        users_add(plain, m, -1);
     bias_end(me);
     return 0;
 }
@@ -262,7 +264,7 @@ static inline __attribute__((always_inline)) int mutex_lock(fern_mutex *m, int64
     if (likely(cas_p(plain, &m->state_, 0, 1))) {
         STORE_RELAXED(&m->owner_, caller_self(&me));
         if (counted)
-            add_p(plain, &m->users_, -1);
+            users_add(plain, m, -1);
         bias_end(&me);
         return 0;
     }
@@ -479,7 +481,7 @@ int fern_cond_timedwait(fern_cond *c, fern_mutex *m, int64_t deadline_ns)
     wt.data = m; /* a broadcast may move us onto m's queue */
     waitq_push(&c->waiters_, &wt);
     /* Count ourselves in m until we hold it again (the destroy rule). */
-    add_p(pm, &m->users_, 1);
+    users_add(pm, m, 1);
     mutex_release(m, pm, self);
     wait_note_t(t, "cond", c);
     int st = waiter_wait(&wt, pc ? NULL : &c->lock_, deadline_ns); /* ends the operation */
@@ -495,7 +497,7 @@ int fern_cond_timedwait(fern_cond *c, fern_mutex *m, int64_t deadline_ns)
         /* Moved to m by a broadcast and handed m: we own it. */
         caller_get(&me);
         pm = bias_enter(&m->bias_, &me);
-        add_p(pm, &m->users_, -1);
+        users_add(pm, m, -1);
         bias_end(&me);
         return 0;
     }
