@@ -265,8 +265,10 @@ int fern_mutex_init(fern_mutex *m);
  * woken, timed out or whose select fired elsewhere that have not yet
  * returned. Once it returns 0 the memory may be freed at once, e.g. right
  * after the last broadcast, post, close or unlock. A call that starts
- * concurrently with or after the destroy is the caller's bug, as in POSIX.
- *
+ * concurrently with or after the destroy is the caller's bug, as in POSIX. */
+
+/* Destroy a mutex; as every *_destroy of fern.h, it says EBUSY until no
+ * thread that entered an operation on the object is still inside it.
  * Return 0; EINVAL if m is NULL; EBUSY if it is locked, has waiters, or a
  * thread woken to lock it, or waiting on a condition variable with it, has
  * not finished with it. */
