@@ -617,7 +617,7 @@ int fern_migrate(fern_cluster *c)
     return 0;
 }
 
-void fern_yield(void)
+void fern_yield_body(void)
 {
     struct worker *w = worker_self();
     if (w && w->cur != &w->g0)
@@ -903,6 +903,10 @@ static int runtime_init(const fern_config *cfg, const char *implicit_by)
     int r = config_load(cfg, &c);
     if (r)
         return r;
+    /* Green threads switch stacks under the CPU's feet and return with
+     * jumps (see switch_x86_64.S): a CET shadow stack would fault. */
+    if (shadow_stack_active())
+        return ENOTSUP;
 
     /* A reference, so a static link keeps the debugger's map (and the
      * embedded gdb extension) although nothing reads them in-process. */

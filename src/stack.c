@@ -573,6 +573,19 @@ void stack_stats(struct fern_stats *st)
     st->stacks_cached = st->stacks_mapped - st->stacks_in_use;
 }
 
+/* arch_prctl(ARCH_SHSTK_STATUS) (Linux 6.6+, not in older headers) reports
+ * the shadow-stack features enabled for this thread; ARCH_SHSTK_SHSTK is the
+ * shadow stack itself. Older kernels fail the call: no shadow stack then. */
+#define FERN_ARCH_SHSTK_STATUS 0x5005
+#define FERN_ARCH_SHSTK_SHSTK (1ULL << 0)
+
+bool shadow_stack_active(void)
+{
+    unsigned long long features = 0;
+    return syscall(SYS_arch_prctl, FERN_ARCH_SHSTK_STATUS, &features) == 0 &&
+           (features & FERN_ARCH_SHSTK_SHSTK);
+}
+
 /* Build the first frame of a green thread below its stack header: the frame
  * fern_ctx_switch pops (MXCSR/x87 CW, r15..rbp) and a return into
  * fern_ctx_entry, with rbx = the thread and r12 = thread_entry. */
