@@ -22,12 +22,20 @@ static int64_t t_start, t_end;
  * fold the bodies into one function (gcc's -fipa-icf would). */
 static volatile long sum_a, xor_b, cnt_c;
 
+/* The clock starts when every thread runs; early arrivals wait blocked. */
+static pthread_mutex_t gate_m = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_c = PTHREAD_COND_INITIALIZER;
+
 static void gate(void)
 {
-    if (__atomic_add_fetch(&started, 1, __ATOMIC_ACQ_REL) == nthreads)
-        __atomic_store_n(&t_start, bench_now_ns(), __ATOMIC_RELEASE);
-    while (__atomic_load_n(&t_start, __ATOMIC_ACQUIRE) == 0)
-        sched_yield();
+    pthread_mutex_lock(&gate_m);
+    if (++started == nthreads) {
+        t_start = bench_now_ns();
+        pthread_cond_broadcast(&gate_c);
+    }
+    while (t_start == 0)
+        pthread_cond_wait(&gate_c, &gate_m);
+    pthread_mutex_unlock(&gate_m);
 }
 
 static void finish(void)

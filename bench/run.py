@@ -220,7 +220,7 @@ SCENARIOS.update({
         "sizes": {"fern": [(1000000, 100000), (1000000, 100000), (1000000, 100000)],
                   "pthread": [(100000, 20000), (100000, 20000), (100000, 20000)],
                   "go": [(1000000, 100000), (1000000, 100000), (1000000, 100000)],
-                  "java": [(1000000, 100000), (1000000, 100000), (1000000, 100000)],
+                  "java": [(300000, 50000), (300000, 50000), (300000, 50000)],
                   "boost": [(1000000, 100000), (1000000, 100000), (1000000, 100000)]},
         "headline": [("ns_per_switch_asym", "lower"), ("ns_per_switch_rr3", "lower"),
                      ("ns_per_switch_cold", "lower")],
@@ -230,12 +230,14 @@ SCENARIOS.update({
             "around the yield) alternate, N yields each; rr3: three threads, three different functions, "
             "round-robin, N each; cold: 10,000 threads round-robin with N yields in all, so each switch "
             "enters a stack and a descriptor last touched 9,999 switches earlier (out of L1 and L2).",
+            "Threads that reach the start gate early wait blocked (mutex + condvar, channel, latch), "
+            "not in a yield loop, which would cost O(threads^2) switches before the clock starts.",
             "The yield scenario above has both threads in the same loop, where the CPU's return-stack "
             "predictor guesses the return into the other thread right; these are the cases it does not.",
             "fern: fern_init(workers=1), fern_yield(). pthread: sched_yield(2), process pinned to CPU 0, "
             "64 KiB stacks; cold with 1,000 threads (each is a kernel task), N = 100,000. go: runtime.Gosched(), "
             "GOMAXPROCS=1. java: Thread.yield() on virtual threads, parallelism=1, maxPoolSize=1, "
-            "3 warm-up rounds. boost: boost::this_fiber::yield(), round_robin on one thread, "
+            "3 warm-up rounds, N = 300,000. boost: boost::this_fiber::yield(), round_robin on one thread, "
             "16 KiB fixedsize_stack.",
         ],
     },

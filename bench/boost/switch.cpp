@@ -20,12 +20,19 @@ static int64_t t_start, t_end;
  * fold the bodies into one function (gcc's -fipa-icf would). */
 static volatile long sum_a, xor_b, cnt_c;
 
+// The clock starts when every fiber runs; early arrivals wait blocked.
+static boost::fibers::mutex gate_m;
+static boost::fibers::condition_variable gate_c;
+
 static void gate(void)
 {
-    if (__atomic_add_fetch(&started, 1, __ATOMIC_ACQ_REL) == nthreads)
-        __atomic_store_n(&t_start, bench_now_ns(), __ATOMIC_RELEASE);
-    while (__atomic_load_n(&t_start, __ATOMIC_ACQUIRE) == 0)
-        boost::this_fiber::yield();
+    std::unique_lock<boost::fibers::mutex> lk(gate_m);
+    if (++started == nthreads) {
+        t_start = bench_now_ns();
+        gate_c.notify_all();
+    }
+    while (t_start == 0)
+        gate_c.wait(lk);
 }
 
 static void finish(void)

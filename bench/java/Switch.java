@@ -6,6 +6,7 @@
 //   cold: 10,000 threads round-robin, N yields in all.
 // ns per yield call, from the moment every thread runs; three warm-up rounds
 // (JIT) precede the measured one.
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.IntConsumer;
 
@@ -16,9 +17,20 @@ public final class Switch {
     static int total;
     static long sumA, xorB, cntC;
 
+    static CountDownLatch go;
+
+    // The clock starts when every thread runs; early arrivals wait blocked
+    // (a yield loop would cost O(threads^2) yields with 10,000 threads).
     static void gate() {
-        if (started.incrementAndGet() == total) startNs = System.nanoTime();
-        while (startNs == 0) Thread.yield();
+        if (started.incrementAndGet() == total) {
+            startNs = System.nanoTime();
+            go.countDown();
+        }
+        try {
+            go.await();
+        } catch (InterruptedException e) {
+            throw new RuntimeException(e);
+        }
     }
 
     static void bodyA(int n) {
@@ -50,6 +62,7 @@ public final class Switch {
         total = threads;
         started.set(0);
         startNs = 0;
+        go = new CountDownLatch(1);
         Thread[] t = new Thread[threads];
         for (int i = 0; i < threads; i++) {
             IntConsumer b = threads <= 3 ? bodies[i] : bodies[0];

@@ -26,17 +26,18 @@ var (
 	sumA, xorB     int64
 	cntC           int64
 	wg             sync.WaitGroup
+	startCh        = make(chan struct{})
 	epoch          = time.Now()
 )
 
-// gate: the clock starts when every goroutine is running.
+// gate: the clock starts when every goroutine is running; early arrivals
+// wait blocked (a Gosched loop would cost O(goroutines^2) switches).
 func gate() {
 	if atomic.AddInt32(&started, 1) == total {
 		startNs.Store(int64(time.Since(epoch)))
+		close(startCh)
 	}
-	for startNs.Load() == 0 {
-		runtime.Gosched()
-	}
+	<-startCh
 }
 
 //go:noinline
