@@ -645,10 +645,18 @@ void keys_run_dtors(struct keyval **vals);
 bool stack_bind(struct worker *w, fern_thread *t);
 
 /* arch */
+/* The C bodies of the public entry points that switch_x86_64.S defines as
+ * jump_return trampolines (same contract as the public function). */
+void fern_yield_body(void);
+int fern_join_body(fern_thread *t, void **ret);
+int fern_chan_send_body(fern_chan *ch, const void *elem);
+int fern_chan_recv_body(fern_chan *ch, void *elem);
+int fern_cond_wait_body(fern_cond *c, fern_mutex *m);
 void *fern_ctx_switch(void **save_sp, void *new_sp, void *arg);
 void fern_ctx_entry(void);
 void fern_ctx_start(void *top, fern_thread *t) __attribute__((noreturn));
 void *ctx_init(char *top, fern_thread *self);
+bool shadow_stack_active(void);
 
 /* io.c */
 int io_init(void);

@@ -505,7 +505,7 @@ int fern_cond_timedwait(fern_cond *c, fern_mutex *m, int64_t deadline_ns)
     return st == W_TIMEDOUT ? ETIMEDOUT : 0;
 }
 
-int fern_cond_wait(fern_cond *c, fern_mutex *m)
+int fern_cond_wait_body(fern_cond *c, fern_mutex *m)
 {
     return fern_cond_timedwait(c, m, FERN_FOREVER);
 }

@@ -360,7 +360,7 @@ int fern_exit(void *ret)
     thread_finish(self, ret);
 }
 
-int fern_join(fern_thread *t, void **ret)
+int fern_join_body(fern_thread *t, void **ret)
 {
     if (!t)
         return EINVAL;
@@ -428,7 +428,7 @@ int fern_run(fern_fn fn, void *arg, void **ret)
     int r = fern_spawn(&t, &a, fn, arg);
     if (r)
         return r;
-    return fern_join(t, ret);
+    return fern_join_body(t, ret);
 }
 
 fern_thread *fern_self(void) { return thread_current(); }

@@ -258,4 +258,125 @@ TEST(Arch, CalleeSavedRegistersSurvive) {
     EXPECT_EQ(0, fern_cluster_destroy(c));
 }
 
+// The blocking entry points that return with a jump (switch_x86_64.S): each
+// of several threads, running different code and blocking in different
+// calls, gets back to its own call site with its results, its error codes
+// and the values it keeps in callee-saved registers.
+__attribute__((noinline)) unsigned long mix(unsigned long a, unsigned long k) { return (a ^ k) * 0x9E3779B97F4A7C15ul; }
+
+TEST(Arch, JumpReturnsLandAtEachCallersSite) {
+    constexpr long kRounds = 2000;
+    fern_cluster *c;
+    ASSERT_EQ(0, fern_cluster_create(&c, 1));
+    fern_chan *ch;
+    ASSERT_EQ(0, fern_chan_create(&ch, sizeof(long), 0));
+    fern_mutex m;
+    fern_cond cv;
+    ASSERT_EQ(0, fern_mutex_init(&m));
+    ASSERT_EQ(0, fern_cond_init(&cv));
+    long turn = 0; // condvar pair: even = waiter A's turn, odd = B's
+    unsigned long h_send = 0, h_recv = 0, h_yield = 0, h_cv = 0;
+    int bad = 0;
+    fern_thread *t[5];
+    ASSERT_EQ(0, spawn_on(&t[0], c, [&] {
+        unsigned long a = 1, b = 2;
+        for (long i = 0; i < kRounds; i++) {
+            a = mix(a, (unsigned long)i);
+            if (fern_chan_send(ch, &i) != 0)
+                bad++;
+            b += a;
+        }
+        h_send = a ^ b;
+        return nullptr;
+    }));
+    ASSERT_EQ(0, spawn_on(&t[1], c, [&] {
+        unsigned long a = 1, b = 2;
+        for (long i = 0; i < kRounds; i++) {
+            long v = -1;
+            a = mix(a, (unsigned long)i);
+            if (fern_chan_recv(ch, &v) != 0 || v != i)
+                bad++;
+            b += a;
+        }
+        h_recv = a ^ b;
+        return nullptr;
+    }));
+    ASSERT_EQ(0, spawn_on(&t[2], c, [&] {
+        unsigned long a = 1, b = 2, d = 3;
+        for (long i = 0; i < kRounds; i++) {
+            a = mix(a, (unsigned long)i);
+            fern_yield();
+            b += a;
+            fern_yield();
+            d ^= b;
+        }
+        h_yield = a ^ b ^ d;
+        return nullptr;
+    }));
+    for (int side = 0; side < 2; side++)
+        ASSERT_EQ(0, spawn_on(&t[3 + side], c, [&, side] {
+            unsigned long a = 1;
+            for (long i = 0; i < kRounds; i++) {
+                fern_mutex_lock(&m);
+                while ((turn & 1) != side)
+                    if (fern_cond_wait(&cv, &m) != 0)
+                        bad++;
+                a = mix(a, (unsigned long)turn);
+                turn++;
+                fern_cond_broadcast(&cv);
+                fern_mutex_unlock(&m);
+            }
+            __atomic_fetch_xor(&h_cv, a, __ATOMIC_RELAXED);
+            return nullptr;
+        }));
+    for (auto *x : t)
+        ASSERT_EQ(0, fern_join(x, nullptr));
+    // The same computations without any switch.
+    unsigned long a = 1, b = 2, d = 3, cva = 1, cvb = 1;
+    for (long i = 0; i < kRounds; i++) {
+        a = mix(a, (unsigned long)i);
+        b += a;
+        d ^= b;
+    }
+    for (long i = 0; i < 2 * kRounds; i++)
+        (i & 1 ? cvb : cva) = mix(i & 1 ? cvb : cva, (unsigned long)i);
+    EXPECT_EQ(0, bad);
+    EXPECT_EQ(a ^ b, h_send);
+    EXPECT_EQ(a ^ b, h_recv);
+    EXPECT_EQ(a ^ b ^ d, h_yield);
+    EXPECT_EQ(cva ^ cvb, h_cv);
+    // Error results come back through the same jumps.
+    ASSERT_EQ(0, run_green([&] {
+        if (fern_join(fern_self(), nullptr) != EDEADLK || fern_join(nullptr, nullptr) != EINVAL ||
+            fern_chan_send(nullptr, &a) != EINVAL || fern_chan_recv(nullptr, &a) != EINVAL ||
+            fern_cond_wait(nullptr, &m) != EINVAL)
+            bad++;
+        return nullptr;
+    }));
+    EXPECT_EQ(0, bad);
+    EXPECT_EQ(0, fern_chan_destroy(ch));
+    EXPECT_EQ(0, fern_cond_destroy(&cv));
+    EXPECT_EQ(0, fern_mutex_destroy(&m));
+    EXPECT_EQ(0, fern_cluster_destroy(c));
+}
+
+// Unwinders, debuggers and profilers find call frame information for each
+// jump-return entry point, starting at its first instruction.
+struct EhBases {
+    void *tbase, *dbase, *func;
+};
+extern "C" const void *_Unwind_Find_FDE(void *pc, EhBases *bases);
+
+TEST(Arch, JumpReturnEntryPointsHaveUnwindInfo) {
+    void *fns[] = {(void *)&fern_yield, (void *)&fern_join, (void *)&fern_chan_send, (void *)&fern_chan_recv,
+                   (void *)&fern_cond_wait};
+    for (void *fn : fns) {
+        Dl_info info;
+        ASSERT_TRUE(dladdr(fn, &info) && info.dli_saddr);
+        EhBases b{};
+        EXPECT_NE(nullptr, _Unwind_Find_FDE(static_cast<char *>(info.dli_saddr) + 1, &b)) << info.dli_sname;
+        EXPECT_EQ(info.dli_saddr, b.func) << info.dli_sname;
+    }
+}
+
 } // namespace

@@ -71,7 +71,9 @@ typedef struct fern_config {
  * stack size outside [FERN_STACK_MIN, FERN_STACK_MAX], or if a FERN_*
  * environment variable holds a value that is not accepted (one line on stderr
  * names the setting, the value and what is accepted); EBUSY if the runtime
- * is already running; EAGAIN/ENOMEM if workers or memory could not be had. */
+ * is already running; EAGAIN/ENOMEM if workers or memory could not be had;
+ * ENOTSUP if the process runs with a CET shadow stack (forced on by glibc
+ * tunables: fern's context switch is incompatible with it). */
 int fern_init(const fern_config *cfg);
 
 /* Run fn(arg) as a green thread on the default cluster (starting the runtime

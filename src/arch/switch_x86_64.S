@@ -11,6 +11,31 @@
  *
  * A fresh context (made by ctx_init) has the same frame with the return
  * address pointing at fern_ctx_entry, rbx = the thread, r12 = the C entry.
+ *
+ * Branch prediction. A `ret` is predicted from the CPU's return stack, which
+ * holds the return addresses of the calls the *suspended* thread made. The
+ * resumed thread returns through its own frames, so each of its returns is
+ * guessed right only where the two threads' call chains are the same. Inside
+ * the runtime they are (fern_ctx_switch has one call site, in switch_to, and a
+ * blocking call takes the same path each time), but the return from the
+ * public call into the user's code lands at the other thread's call site, and
+ * that miss (~15-20 cycles) is what made a switch between two different
+ * functions cost more than one between two copies of the same loop.
+ *
+ * So the blocking entry points most used to hand over the CPU (jump_return
+ * below) go back to their caller with an indirect jump, which the indirect
+ * branch predictor guesses from the recent branch history instead: the
+ * thread that runs next is predictable from what ran before, its call site
+ * is not predictable from the return stack. fern_ctx_switch itself keeps its
+ * `ret`: ending it with a jump too (tried) leaves the suspended thread's call
+ * into it on the return stack, which puts every later return of the resumed
+ * thread one entry off and made even the same-site switch twice as slow.
+ *
+ * Shadow stacks (CET SHSTK) cannot coexist with any of this: a thread's
+ * returns would be checked against another thread's calls, and a jump return
+ * never pops its entry. This file claims no GNU property (no SHSTK, no IBT),
+ * so the loader does not turn a shadow stack on for a process that loads
+ * fern; fern_init refuses with ENOTSUP if one was forced on anyway.
  */
         .text
         .globl  fern_ctx_switch
@@ -112,5 +137,39 @@ fern_ctx_start:
         jmp     fern_ctx_entry
         .cfi_endproc
         .size   fern_ctx_start, .-fern_ctx_start
+
+/*
+ * jump_return NAME: the public symbol NAME calls NAME_body (the C function,
+ * same arguments and result) and returns to NAME's caller by popping the
+ * return address and jumping to it (see the top of this file for why).
+ * Arguments pass through untouched in registers (no entry point here takes
+ * any on the stack); rax and rdx carry the result back; rcx is free at a
+ * return. The CFI follows the return address from the stack into rcx, so
+ * unwinders and debuggers walk through the entry point as through any call.
+ */
+        .macro  jump_return name
+        .globl  \name
+        .type   \name, @function
+        .p2align 4
+\name:
+        .cfi_startproc
+        subq    $8, %rsp
+        .cfi_adjust_cfa_offset 8
+        call    \name\()_body
+        addq    $8, %rsp
+        .cfi_adjust_cfa_offset -8
+        popq    %rcx
+        .cfi_adjust_cfa_offset -8
+        .cfi_register rip, rcx
+        jmp     *%rcx
+        .cfi_endproc
+        .size   \name, .-\name
+        .endm
+
+        jump_return fern_yield
+        jump_return fern_join
+        jump_return fern_chan_send
+        jump_return fern_chan_recv
+        jump_return fern_cond_wait
 
         .section .note.GNU-stack,"",@progbits
