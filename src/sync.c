@@ -156,7 +156,7 @@ static __attribute__((noinline)) int mutex_lock_slow(fern_mutex *m, int64_t dead
      * and a wake-up. Not in hand-off mode (no barging then), and not when
      * this worker is its cluster's only one: the holder would need it (a
      * biased mutex is only used by one such worker). */
-    if (!plain && !LOAD_RELAXED(&m->handoff_) && (!me->w || me->w->cluster->nworkers > 1)) {
+    if (!plain && !LOAD_RELAXED(&m->handoff_) && (!me->w || LOAD_RELAXED(&me->w->cluster->nworkers) > 1)) {
         for (int round = 0; round < 4; round++) {
             for (int k = 0; k < 30; k++)
                 __builtin_ia32_pause();
@@ -238,6 +238,7 @@ static inline int mutex_lock(fern_mutex *m, int64_t deadline)
 
 int fern_mutex_lock(fern_mutex *m)
 {
+    preempt_point();
     if (!m)
         return EINVAL;
     return mutex_lock(m, FERN_FOREVER);
@@ -386,6 +387,7 @@ static inline int mutex_release(fern_mutex *m, bool plain, void *self)
 
 int fern_mutex_unlock(fern_mutex *m)
 {
+    preempt_point();
     if (!m)
         return EINVAL;
     struct caller me;
@@ -464,6 +466,7 @@ int fern_cond_wait(fern_cond *c, fern_mutex *m)
 
 int fern_cond_signal(fern_cond *c)
 {
+    preempt_point();
     if (!c)
         return EINVAL;
     struct caller me;
@@ -480,6 +483,7 @@ int fern_cond_signal(fern_cond *c)
 
 int fern_cond_broadcast(fern_cond *c)
 {
+    preempt_point();
     if (!c)
         return EINVAL;
     /* Waiters on the mutex the caller holds become its heirs (see the
@@ -580,6 +584,7 @@ int fern_sem_timedwait(fern_sem *s, int64_t deadline_ns) { return sem_take(s, de
 
 int fern_sem_post(fern_sem *s)
 {
+    preempt_point();
     if (!s)
         return EINVAL;
     spin_lock(&s->lock_);

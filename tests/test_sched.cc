@@ -52,7 +52,7 @@ TEST(Sched, InitRunShutdownCycles) {
     stop_runtime();
     for (int cycle = 0; cycle < 12; cycle++) {
         unsigned w = 1 + cycle % 4;
-        fern_config cfg{w, 0};
+        fern_config cfg{w, 0, 0};
         ASSERT_EQ(0, fern_init(&cfg)) << cycle;
         ASSERT_NE(nullptr, fern_cluster_default());
         EXPECT_EQ(w, fern_cluster_workers(fern_cluster_default()));
@@ -112,7 +112,7 @@ TEST(Sched, FernWorkersEnv) {
     ASSERT_EQ(0, fern_init(nullptr));
     EXPECT_EQ(3u, fern_cluster_workers(fern_cluster_default()));
     stop_runtime();
-    fern_config cfg{0, 0};
+    fern_config cfg{0, 0, 0};
     ASSERT_EQ(0, fern_init(&cfg));
     EXPECT_EQ(3u, fern_cluster_workers(fern_cluster_default()));
     stop_runtime();
@@ -145,14 +145,14 @@ TEST(Sched, FernStackSizeEnv) {
     stop_runtime();
     // An explicit config stack size is used instead of the environment.
     setenv("FERN_STACK_SIZE", "1024", 1);
-    fern_config cfg{1, 65536};
+    fern_config cfg{1, 65536, 0};
     EXPECT_EQ(0, fern_init(&cfg));
     stop_runtime();
 }
 
 TEST(Sched, MaxWorkers) {
     stop_runtime();
-    fern_config cfg{FERN_WORKERS_MAX, 0};
+    fern_config cfg{FERN_WORKERS_MAX, 0, 0};
     ASSERT_EQ(0, fern_init(&cfg));
     EXPECT_EQ(FERN_WORKERS_MAX, fern_cluster_workers(fern_cluster_default()));
     std::atomic<int> ran{0};
