@@ -10,6 +10,7 @@
  *   loop_loss_pct    two CPU-bound loops of fixed work on one worker: process
  *                    CPU time with preemption on vs off (off: one after the
  *                    other), best of 3 interleaved pairs            <= 1%
+ * (late_*_p50_ms: the median lateness of the same phase.)
  * argv[1]: milliseconds per lateness phase (default 1000). */
 #include "bench_common.h"
 
@@ -20,6 +21,8 @@
 static long run_ms;
 static volatile int stop;
 static int64_t worst;
+static int64_t lates[20000];
+static int nlates;
 static char buf[1 << 20];
 
 static void restart(long preempt_us)
@@ -71,9 +74,24 @@ static void *sleeper(void *arg)
         int64_t late = bench_now_ns() - t0 - 1000000;
         if (late > worst)
             worst = late;
+        if (nlates < (int)(sizeof lates / sizeof *lates))
+            lates[nlates++] = late;
     }
     stop = 1;
     return NULL;
+}
+
+static int cmp64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The median lateness of the last phase, in ms. */
+static double median(void)
+{
+    qsort(lates, (size_t)nlates, sizeof *lates, cmp64);
+    return nlates ? (double)lates[nlates / 2] / 1e6 : 0;
 }
 
 static double lateness(fern_fn other, int n)
@@ -81,6 +99,7 @@ static double lateness(fern_fn other, int n)
     restart(0);
     stop = 0;
     worst = 0;
+    nlates = 0;
     fern_thread *t[4], *s;
     for (int i = 0; i < n; i++)
         fern_spawn(&t[i], NULL, other, NULL);
@@ -95,6 +114,7 @@ static double late_syscall(void)
 {
     restart(0);
     worst = 0;
+    nlates = 0;
     if (pipe(pipefd))
         bench_die("pipe", 1);
     fern_thread *b, *s;
@@ -180,8 +200,11 @@ int main(int argc, char **argv)
 {
     run_ms = bench_arg(argc, argv, 1000);
     bench_print("preempt", "fern", "late_app_ms", lateness(spin_arith, 2), "ms");
+    bench_print("preempt", "fern", "late_app_p50_ms", median(), "ms");
     bench_print("preempt", "fern", "late_libc_ms", lateness(spin_libc, 2), "ms");
+    bench_print("preempt", "fern", "late_libc_p50_ms", median(), "ms");
     bench_print("preempt", "fern", "late_syscall_ms", late_syscall(), "ms");
+    bench_print("preempt", "fern", "late_syscall_p50_ms", median(), "ms");
     double lo, hi;
     shares(&lo, &hi);
     bench_print("preempt", "fern", "share_min_pct", lo, "%");

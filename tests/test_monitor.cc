@@ -188,3 +188,32 @@ TEST(Monitor, ConfigErrors) {
     EXPECT_EQ(0, fern_init(&cfg));
     EXPECT_EQ(0, fern_shutdown());
 }
+
+// fern_dump says how long each running thread has run, and marks spares.
+TEST(Monitor, DumpShowsRunningTime) {
+    restart(1, FERN_PREEMPT_OFF);
+    std::atomic<bool> stop{false};
+    fern_thread *t;
+    ASSERT_EQ(0, spawn(&t, nullptr, [&] {
+                  while (!stop.load(std::memory_order_relaxed)) {
+                  }
+              }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    char *buf = nullptr;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    ASSERT_NE(nullptr, f);
+    EXPECT_GE(fern_dump(f), 1);
+    fclose(f);
+    std::string out(buf, len);
+    free(buf);
+    stop = true;
+    ASSERT_EQ(0, fern_join(t, nullptr));
+    std::string want = "running thread " + std::to_string(fern_thread_id(t)) + " for ";
+    size_t at = out.find(want);
+    ASSERT_NE(std::string::npos, at) << out;
+    long ran_ms = std::strtol(out.c_str() + at + want.size(), nullptr, 10);
+    EXPECT_GE(ran_ms, 100) << out;
+    EXPECT_LT(ran_ms, 5000) << out;
+    ASSERT_EQ(0, fern_shutdown());
+}
