@@ -5,6 +5,8 @@
  *   late_libc_ms     the same beside two threads spinning in memchr <= 40 ms
  *   late_syscall_ms  the same beside a thread blocked 400 ms in a raw
  *                    read(2) on a pipe                              <= 40 ms
+ *   late_stuck2_ms   two workers, preemption off, eight 1 ms sleepers, one
+ *                    thread blocked 1 s in a raw read(2)            <= 40 ms
  *   share_min_pct, share_max_pct  four spinners for 1.5 s: each one's share
  *                    of the work                                    20-30%
  *   loop_loss_pct    two CPU-bound loops of fixed work on one worker: process
@@ -131,6 +133,40 @@ static double late_syscall(void)
     return (double)worst / 1e6;
 }
 
+/* Issue 17's case: two workers, preemption off, eight 1 ms sleepers, one
+ * thread blocked 1 s in a raw read(2): whichever worker it blocks, no
+ * sleeper waits for it. */
+static double late_stuck2(void)
+{
+    if (fern_cluster_default())
+        fern_shutdown();
+    fern_config c = {2, 0, FERN_PREEMPT_OFF};
+    int rc = fern_init(&c);
+    if (rc)
+        bench_die("fern_init", rc);
+    worst = 0;
+    nlates = 0;
+    if (pipe(pipefd))
+        bench_die("pipe", 1);
+    long saved = run_ms;
+    run_ms = 1200;
+    fern_thread *b, *s[8];
+    for (int i = 0; i < 8; i++)
+        fern_spawn(&s[i], NULL, sleeper, NULL);
+    fern_sleep_ns(50000000);
+    fern_spawn(&b, NULL, block_read, NULL);
+    fern_sleep_ns(1000000000);
+    if (write(pipefd[1], "x", 1) != 1)
+        bench_die("write", 1);
+    fern_join(b, NULL);
+    for (int i = 0; i < 8; i++)
+        fern_join(s[i], NULL);
+    run_ms = saved;
+    close(pipefd[0]);
+    close(pipefd[1]);
+    return (double)worst / 1e6;
+}
+
 static volatile uint64_t work[4];
 static void *share_spin(void *arg)
 {
@@ -205,6 +241,7 @@ int main(int argc, char **argv)
     bench_print("preempt", "fern", "late_libc_p50_ms", median(), "ms");
     bench_print("preempt", "fern", "late_syscall_ms", late_syscall(), "ms");
     bench_print("preempt", "fern", "late_syscall_p50_ms", median(), "ms");
+    bench_print("preempt", "fern", "late_stuck2_ms", late_stuck2(), "ms");
     double lo, hi;
     shares(&lo, &hi);
     bench_print("preempt", "fern", "share_min_pct", lo, "%");

@@ -447,6 +447,7 @@ struct worker {
     uint32_t mon_idle;
     uint64_t mon_switches;
     int64_t mon_since;
+    int64_t mon_cpu;            /* the kernel thread's CPU time at mon_since */
     /* preemption (preempt.c): the n_switches value the monitor asked to end */
     uint64_t preempt_req;
     uint32_t preempt_soft;      /* ThreadSanitizer: yield at the next preempt_point */
@@ -656,7 +657,6 @@ bool worker_has_queued(struct worker *v);
 
 /* monitor.c */
 int monitor_start(int64_t slice_ns, bool preempt);
-bool monitor_preempting(void);
 void monitor_stop(void);
 void monitor_kick(void);
 extern uint32_t monitor_sleeping __attribute__((visibility("hidden")));
@@ -668,7 +668,6 @@ static inline void monitor_worker_busy(struct worker *w)
     if (LOAD_RELAXED(&monitor_sleeping))
         monitor_kick();
 }
-int64_t monitor_slice_ns(void);
 void monitor_stats(struct fern_stats *s);
 
 /* preempt.c */
@@ -677,13 +676,12 @@ void preempt_fini(void);
 bool preempt_enabled(void);
 /* Kernel task tid is asleep in the kernel (/proc state S or D). */
 bool task_sleeping(int tid);
-int preempt_signal(void);
 /* Ask w to preempt the thread that has run since switch count `switches`. */
 void preempt_request(struct worker *w, uint64_t switches);
 /* Under ThreadSanitizer the handler cannot redirect the thread (it gets a
- * copy of the context): fern's operations call preempt_point() at their
- * start, where the caller holds no fern lock, and yield there. Empty in
- * other builds. */
+ * copy of the context): fern_mutex_lock and the channel operations call
+ * preempt_point() at their start, where the caller holds no fern lock, and
+ * yield there. Empty in other builds. */
 #ifdef FERN_TSAN
 void preempt_point_slow(struct worker *w);
 static inline void preempt_point(void)

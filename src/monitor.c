@@ -17,8 +17,9 @@
  *     worker;
  *   - after one time slice, with other threads waiting, asks for the thread
  *     to be preempted (preempt.c), and retries every tick;
- *   - after two slices it counts the worker as stuck (in the kernel, or in
- *     code preemption may not interrupt): what waits on it (ring, hand-off
+ *   - after two slices it counts the worker as stuck if it sleeps in the
+ *     kernel or has used two slices of CPU (code preemption may not
+ *     interrupt; see worker_stuck): what waits on it (ring, hand-off
  *     slot; pinned threads only if it sleeps in the kernel, see
  *     rescue_worker's call) moves to the cluster inbox, and if no worker of
  *     the cluster is free to run it, a compensation worker (a spare) is
@@ -44,6 +45,8 @@
  */
 #include "internal.h"
 
+#include <time.h>
+
 uint32_t monitor_sleeping;
 
 static struct {
@@ -63,8 +66,32 @@ void monitor_kick(void)
         futex_wake(&monitor_sleeping, 1);
 }
 
-int64_t monitor_slice_ns(void) { return M.slice_ns; }
-bool monitor_preempting(void) { return M.started && M.preempt; }
+
+/* CPU time used by kernel thread tid (Linux encodes a thread's CPU clock
+ * id from its tid: MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)), 0 if
+ * unknown. */
+static int64_t thread_cpu_ns(int tid)
+{
+    struct timespec ts;
+    clockid_t id = (clockid_t)((~(unsigned)tid << 3) | 6);
+    if (!tid || clock_gettime(id, &ts))
+        return 0;
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* A worker that has kept one thread for two slices of wall time is stuck
+ * if it sleeps in the kernel, or if it has used two slices of CPU since:
+ * then preemption could not stop it (excluded code, the signal blocked).
+ * One that merely waited for a CPU (an overloaded machine) is not: more
+ * kernel threads would not help it. */
+static bool worker_stuck(struct worker *w)
+{
+    int tid = LOAD_RELAXED(&w->tid);
+    if (task_sleeping(tid))
+        return true;
+    int64_t cpu = thread_cpu_ns(tid);
+    return !cpu || !w->mon_cpu || cpu - w->mon_cpu >= 2 * M.slice_ns;
+}
 
 /* A worker counts only while it is one: base workers, and running spares. */
 static bool worker_live(struct fern_cluster *c, unsigned i)
@@ -93,6 +120,7 @@ static bool watch_cluster(struct fern_cluster *c, int64_t now)
         if (sw != w->mon_switches || !w->mon_since) {
             STORE_RELAXED(&w->mon_switches, sw);
             STORE_RELAXED(&w->mon_since, now);
+            w->mon_cpu = thread_cpu_ns(LOAD_RELAXED(&w->tid));
             continue;
         }
         if (LOAD_RELAXED(&w->cur) == &w->g0) {
@@ -111,8 +139,7 @@ static bool watch_cluster(struct fern_cluster *c, int64_t now)
          * cannot be preempted: more kernel threads would not help, so wait
          * (up to a limit: a long computation inside the kernel also delays
          * the handler). */
-        bool unanswered = M.preempt && LOAD_RELAXED(&w->preempt_req) && ran < 6 * M.slice_ns;
-        if (ran >= 2 * M.slice_ns && !unanswered) {
+        if (ran >= 2 * M.slice_ns && worker_stuck(w)) {
             nstuck++;
             /* Preempted threads stay pinned to their worker unless it is
              * blocked in the kernel, where it could wait for one of them

@@ -314,7 +314,6 @@ void preempt_request(struct worker *w, uint64_t switches)
 }
 
 bool preempt_enabled(void) { return P.on; }
-int preempt_signal(void) { return P.sig; }
 
 int preempt_init(void)
 {

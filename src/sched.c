@@ -1169,7 +1169,8 @@ fern_cluster *fern_current_cluster(void)
     return t ? t->cluster : NULL;
 }
 
-unsigned fern_cluster_workers(const fern_cluster *c) { return c ? c->nworkers : 0; }
+/* The workers asked for; compensation workers come and go (fern_stats). */
+unsigned fern_cluster_workers(const fern_cluster *c) { return c ? c->nbase : 0; }
 
 /* Start the runtime with cfg. `implicit_by` names the call that starts it
  * with the defaults (runtime_start), or is NULL for fern_init itself. */

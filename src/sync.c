@@ -387,7 +387,6 @@ static inline int mutex_release(fern_mutex *m, bool plain, void *self)
 
 int fern_mutex_unlock(fern_mutex *m)
 {
-    preempt_point();
     if (!m)
         return EINVAL;
     struct caller me;
@@ -466,7 +465,6 @@ int fern_cond_wait(fern_cond *c, fern_mutex *m)
 
 int fern_cond_signal(fern_cond *c)
 {
-    preempt_point();
     if (!c)
         return EINVAL;
     struct caller me;
@@ -483,7 +481,6 @@ int fern_cond_signal(fern_cond *c)
 
 int fern_cond_broadcast(fern_cond *c)
 {
-    preempt_point();
     if (!c)
         return EINVAL;
     /* Waiters on the mutex the caller holds become its heirs (see the
@@ -584,7 +581,6 @@ int fern_sem_timedwait(fern_sem *s, int64_t deadline_ns) { return sem_take(s, de
 
 int fern_sem_post(fern_sem *s)
 {
-    preempt_point();
     if (!s)
         return EINVAL;
     spin_lock(&s->lock_);

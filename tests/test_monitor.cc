@@ -63,11 +63,13 @@ double stuck_syscall_lateness(int run_ms, int block_ms) {
     return worst.load() / 1e6;
 }
 
-// Sanitizers slow everything down; the bound there only says "not stranded
-// for the length of the system call".
+// The bound says "not stranded for the length of the system call" (1 s, or
+// 0.4 s), with room for a loaded 2-core CI machine (this suite saw 91 ms once
+// at load average 18) and the sanitizers; the 40 ms target is measured by
+// bench/fern_preempt (late_stuck2_ms).
 double lateness_bound_ms() {
     const char *s = std::getenv("FERN_STRESS_SCALE");
-    return s && std::strtod(s, nullptr) < 1 ? 600.0 : 40.0;
+    return s && std::strtod(s, nullptr) < 1 ? 600.0 : 250.0;
 }
 
 } // namespace

@@ -142,9 +142,15 @@ TEST(Preempt, FourSpinnersShareOneWorker) {
     for (int i = 0; i < 4; i++) {
         double share = work[i].load() / total;
         std::printf("share %d: %.1f%%\n", i, 100 * share);
-        EXPECT_GE(share, 0.10) << "spinner " << i; // bench target: 20-30%
-        EXPECT_LE(share, 0.40) << "spinner " << i;
+        // Bench target: 20-30%; loose here for loaded machines and ASan.
+        EXPECT_GE(share, sanitized() ? 0.05 : 0.10) << "spinner " << i;
+        EXPECT_LE(share, sanitized() ? 0.50 : 0.40) << "spinner " << i;
     }
+    // Compensation alone would also spread the spinners (over spare
+    // kernel threads): preemption must have done it.
+    struct fern_stats s;
+    ASSERT_EQ(0, fern_stats(&s));
+    EXPECT_GT(s.preemptions, 20u);
 }
 
 // Registers, flags and vector state survive preemption: a loop that keeps
@@ -206,13 +212,21 @@ TEST(Preempt, RegistersFlagsAndVectorsSurvive) {
     }
     struct fern_stats s0, s1;
     ASSERT_EQ(0, fern_stats(&s0));
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    // Until 50 preemptions, or 3 s on an overloaded machine.
+    wait_until(
+        [&] {
+            struct fern_stats s;
+            return fern_stats(&s) == 0 && s.preemptions - s0.preemptions >= 50;
+        },
+        3000);
     stop = true;
     for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
     ASSERT_EQ(0, fern_stats(&s1));
     EXPECT_EQ(0, bad.load());
     // Loose: on an overloaded machine the monitor ticks far less often.
-    EXPECT_GT(s1.preemptions - s0.preemptions, 5u) << "the loop was not preempted";
+    EXPECT_GT(s1.preemptions - s0.preemptions, 5u)
+        << "the loop was not preempted; deferred " << s1.preemptions_deferred - s0.preemptions_deferred
+        << ", spares " << s1.spares_started;
 }
 
 // A preempted thread resumes on the kernel thread it left (two workers:

@@ -213,7 +213,9 @@ TEST(Sched, WorkSpreadsToAllWorkers) {
     deadline = fern_now_ns() + ms(5000);
     for (int i = 0; i < N; i++) ASSERT_EQ(0, spawn_on(&ts[i], c, note_and_spin));
     for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
-    EXPECT_EQ(4u, seen.size()) << "threads ran on only " << seen.size() << " of 4 workers";
+    // At least the 4 workers; a spinner that is not preempted (ThreadSanitizer
+    // preempts only at fern calls) can also earn a compensation worker.
+    EXPECT_GE(seen.size(), 4u) << "threads ran on only " << seen.size() << " of 4 workers";
     // Also when a green thread spawns them (local queue of one worker).
     seen.clear();
     nseen.store(0);
@@ -225,7 +227,7 @@ TEST(Sched, WorkSpreadsToAllWorkers) {
         for (auto k : kids) EXPECT_EQ(0, fern_join(k, nullptr));
     }));
     ASSERT_EQ(0, fern_join(parent, nullptr));
-    EXPECT_EQ(4u, seen.size()) << "children of one thread stayed on " << seen.size() << " of 4 workers";
+    EXPECT_GE(seen.size(), 4u) << "children of one thread stayed on " << seen.size() << " of 4 workers";
     struct fern_stats s;
     ASSERT_EQ(0, fern_stats(&s));
     EXPECT_GT(s.steals, 0u);

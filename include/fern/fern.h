@@ -214,7 +214,8 @@ fern_cluster *fern_cluster_default(void);
 /* The cluster of the calling green thread; NULL from a plain thread. */
 fern_cluster *fern_current_cluster(void);
 
-/* Number of workers of c. */
+/* Number of workers of c as created (0 if c is NULL); compensation workers
+ * started while one is stuck (docs/preemption.md) are not counted. */
 unsigned fern_cluster_workers(const fern_cluster *c);
 
 /* Move the calling green thread to cluster c: it returns running on one of
@@ -625,7 +626,8 @@ struct fern_stats {
     uint64_t migrations;       /* fern_migrate calls that moved */
     uint64_t worker_sleeps;    /* times a worker went to sleep idle */
     uint32_t clusters;         /* live clusters */
-    uint32_t workers;          /* workers in all clusters */
+    uint32_t workers;          /* workers in all clusters, running
+                                  compensation workers included */
     uint64_t stacks_mapped;    /* stack slots carved from slabs */
     uint64_t stacks_in_use;    /* bound to a live thread */
     uint64_t stacks_cached;    /* in pools, ready for reuse */
