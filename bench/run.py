@@ -160,6 +160,27 @@ SCENARIOS = {
 }
 
 SCENARIOS.update({
+    "preempt": {
+        "title": "preempt: a 1 ms sleeper beside spinners, CPU shares and loop cost, 1 worker (fern only)",
+        "timeout": 120,
+        "sizes": {"fern": (1000, 500),
+                  "pthread": "skipped: the kernel preempts threads; this measures fern's preemption",
+                  "go": "skipped: no program", "java": "skipped: no program",
+                  "boost": "skipped: Boost.Fiber has no preemption"},
+        "headline": [("late_app_ms", "lower"), ("late_libc_ms", "lower"), ("late_syscall_ms", "lower"),
+                     ("late_stuck2_ms", "lower"), ("share_min_pct", "higher"), ("loop_loss_pct", "lower")],
+        "notes": [
+            "Default configuration (10 ms slice), fern_init(workers=1). Size = ms each lateness phase lasts.",
+            "late_*_ms: worst lateness of a green thread sleeping 1 ms at a time beside two threads spinning in "
+            "arithmetic (target <= 25), two threads spinning in memchr over 1 MiB (<= 40), one thread blocked "
+            "400 ms in a raw syscall(SYS_read) on a pipe (<= 40). late_stuck2_ms: two workers, preemption off, eight "
+            "1 ms sleepers, one thread blocked 1 s in a raw read(2) (<= 40; issue 17).",
+            "share_*_pct: four spinners for 1.5 s, each one's share of the iterations (target 20-30%).",
+            "loop_loss_pct: two fixed CPU-bound loops on one worker, process CPU time (workers, monitor, signal "
+            "handling) with preemption on vs off (off runs them one after the other), best of 3 interleaved "
+            "pairs (target <= 1%).",
+        ],
+    },
     "pingpong": {
         "title": "pingpong: unbuffered channel round trip between two threads, 1 and 2 workers",
         "timeout": 60,

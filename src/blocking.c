@@ -161,3 +161,11 @@ ssize_t fern_pwrite(int fd, const void *buf, size_t n, int64_t offset)
     struct prw p = {fd, (void *)buf, n, offset, true};
     return (ssize_t)(intptr_t)fern_blocking(prw_run, &p);
 }
+
+unsigned blocking_threads(void)
+{
+    pthread_mutex_lock(&BP.mu);
+    unsigned n = BP.nthreads;
+    pthread_mutex_unlock(&BP.mu);
+    return n;
+}

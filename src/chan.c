@@ -206,6 +206,7 @@ static int chan_op(fern_chan *ch, void *elem, bool send, int64_t deadline, bool 
 
 int fern_chan_send_body(fern_chan *ch, const void *elem)
 {
+    preempt_point();
     return chan_op(ch, (void *)elem, true, FERN_FOREVER, false);
 }
 int fern_chan_trysend(fern_chan *ch, const void *elem)
@@ -216,7 +217,11 @@ int fern_chan_timedsend(fern_chan *ch, const void *elem, int64_t deadline_ns)
 {
     return chan_op(ch, (void *)elem, true, deadline_ns, false);
 }
-int fern_chan_recv_body(fern_chan *ch, void *elem) { return chan_op(ch, elem, false, FERN_FOREVER, false); }
+int fern_chan_recv_body(fern_chan *ch, void *elem)
+{
+    preempt_point();
+    return chan_op(ch, elem, false, FERN_FOREVER, false);
+}
 int fern_chan_tryrecv(fern_chan *ch, void *elem) { return chan_op(ch, elem, false, FERN_FOREVER, true); }
 int fern_chan_timedrecv(fern_chan *ch, void *elem, int64_t deadline_ns)
 {

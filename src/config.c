@@ -109,7 +109,7 @@ static int stack_size_ok(size_t v) { return stack_class(v, NULL) >= 0; }
 
 int config_load(const fern_config *cfg, struct config *out)
 {
-    fern_config c = cfg ? *cfg : (fern_config){0, 0};
+    fern_config c = cfg ? *cfg : (fern_config){0, 0, 0};
     char given[32];
     int r = 0;
 
@@ -177,6 +177,45 @@ int config_load(const fern_config *cfg, struct config *out)
     if (d && (n.dump_signal = crash_signal_parse(d)) < 0)
         return invalid("FERN_DUMP_SIGNAL", d,
                        "a signal name (QUIT, USR1, SIGUSR2, HUP, ...) or number, or off (0)");
+
+    /* Preemption and the monitor's time slice (docs/preemption.md). */
+    n.preempt = true;
+    long us = c.preempt_us;
+    if (us == FERN_PREEMPT_OFF) {
+        n.preempt = false;
+        us = FERN_PREEMPT_DEFAULT_US;
+    } else if (us != 0 && (us < FERN_PREEMPT_MIN_US || us > FERN_PREEMPT_MAX_US)) {
+        snprintf(given, sizeof given, "%ld", us);
+        return invalid("fern_config.preempt_us", given,
+                       "0 (the default: $FERN_PREEMPT_US or 10000), FERN_PREEMPT_OFF (-1) or 100 "
+                       "to 10000000 microseconds");
+    }
+    if (us == 0) {
+        static const char *const preempt_choices[] = {"0", "1", NULL};
+        int on = 1;
+        if ((r = env_choice("FERN_PREEMPT", preempt_choices, "0 (off) or 1 (on, the default)",
+                            &on)))
+            return r;
+        n.preempt = on == 1;
+        v = FERN_PREEMPT_DEFAULT_US;
+        if ((r = env_count("FERN_PREEMPT_US", FERN_PREEMPT_MIN_US, FERN_PREEMPT_MAX_US,
+                           "a whole number of microseconds from 100 to 10000000 (default 10000)",
+                           &v)))
+            return r;
+        us = (long)v;
+    }
+    n.slice_ns = (int64_t)us * 1000;
+    const char *ps = env("FERN_PREEMPT_SIGNAL");
+    n.preempt_signal = SIGURG;
+    if (ps) {
+        int sig = crash_signal_parse(ps);
+        if (sig <= 0 || sig == SIGSEGV || sig == SIGBUS || sig == SIGKILL || sig == SIGSTOP ||
+            sig == n.dump_signal)
+            return invalid("FERN_PREEMPT_SIGNAL", ps,
+                           "a signal name (URG, USR2, ...) or number other than SEGV, BUS, KILL, "
+                           "STOP and FERN_DUMP_SIGNAL's (default URG)");
+        n.preempt_signal = sig;
+    }
 
     *out = n;
     return 0;

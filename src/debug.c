@@ -176,6 +176,7 @@ int fern_stats(struct fern_stats *s)
     s->bias_revocations = bias_revocations();
     sched_stats(s);
     stack_stats(s);
+    monitor_stats(s);
     return 0;
 }
 

@@ -33,6 +33,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -293,6 +294,9 @@ struct config {
     int guard;                 /* $FERN_GUARD: CONFIG_GUARD_* */
     uint32_t guard_budget;     /* $FERN_GUARD_BUDGET */
     int dump_signal;           /* $FERN_DUMP_SIGNAL: the signal, 0 for none */
+    bool preempt;              /* fern_config.preempt_us, $FERN_PREEMPT */
+    int64_t slice_ns;          /* the time slice, also with preemption off */
+    int preempt_signal;        /* $FERN_PREEMPT_SIGNAL */
 };
 extern struct config config;
 /* Check cfg and the environment; fill *out, or print one line on stderr
@@ -387,6 +391,7 @@ struct fern_thread {
     uint8_t stack_cls;
     const char *wait_what;      /* what it is parked on, for fern_dump */
     const void *wait_obj;
+    uint8_t wait_timed;         /* the park has a deadline (deadlock.c) */
     struct waiter *joiner;
     struct keyval *keys;
     struct rdheld *rdheld;      /* read locks held (fern_rwlock), lazily allocated */
@@ -459,6 +464,24 @@ struct worker {
     uint64_t n_spawned, n_exited;   /* threads spawned / ended on this worker */
     uint64_t n_bound, n_unbound;    /* stacks bound / released here */
     int64_t live_delta;             /* cluster's threads gained here (see cluster_live) */
+    uint64_t n_preempts, n_preempts_deferred; /* preempt.c, written in the handler */
+    /* monitor (monitor.c): the worker clears mon_idle when it leaves its
+     * sleep and then wakes the monitor if that sleeps; the monitor's own
+     * view of the worker ("which switch, seen since when") is mon_*. */
+    uint32_t mon_idle;
+    uint64_t mon_switches;
+    int64_t mon_since;
+    int64_t mon_cpu;            /* the kernel thread's CPU time at mon_since */
+    /* preemption (preempt.c): the n_switches value the monitor asked to end */
+    uint64_t preempt_req;
+    uint32_t preempt_soft;      /* ThreadSanitizer: yield at the next preempt_point */
+    /* threads preempted here, resumed here (not stealable); rescue_worker
+     * moves them only when the worker is stuck (see monitor.c) */
+    uint32_t pin_lock;
+    uint32_t npinned;
+    fern_thread *pin_head, *pin_tail;
+    /* a compensation worker (monitor.c): SPARE_* state, 0 for base workers */
+    uint32_t spare;
 #ifdef FERN_ASAN
     const void *g0_lo;          /* the kernel thread's stack, for ASan switches */
     size_t g0_size;
@@ -475,7 +498,10 @@ struct fern_cluster {
     uint32_t stopping;
     int64_t live_ext;           /* threads gained from outside its workers */
     uint32_t wakers;            /* inbox pushes still inside cluster_wake */
-    unsigned nworkers;
+    unsigned nworkers;          /* base workers + compensation slots in use;
+                                 * grows (release) up to nbase + SPARES_MAX */
+    unsigned nbase;             /* workers asked for */
+    uint32_t stuck;             /* the monitor saw a stuck worker at its last tick */
     struct fern_cluster *next_cluster;
     struct worker *workers[];   /* nworkers pointers */
 };
@@ -498,6 +524,7 @@ struct runtime {
     struct thread_chunk *chunks;
     fern_thread *free_threads;
     uint32_t nclusters, nworkers;
+    uint32_t run_waiters;       /* plain threads waiting in fern_run (deadlock.c) */
 };
 extern struct runtime rt;
 
@@ -538,6 +565,8 @@ int sched_boot(const fern_config *cfg);
 void sched_park(after_fn fn, void *arg);
 void sched_ready(fern_thread *t);
 void sched_yield_green(struct worker *w);
+/* Queue t on w's pinned list (owner only): it resumes on w. */
+void sched_pin(struct worker *w, fern_thread *t);
 /* The calling thread's identity for mutex ownership: its fern_thread, or a
  * per-OS-thread token for plain threads. */
 static inline fern_thread *thread_current(void)
@@ -635,6 +664,77 @@ void cluster_stop(struct fern_cluster *c);
 void cluster_wake(struct fern_cluster *c);
 void inbox_push(struct fern_cluster *c, fern_thread *t);
 void inbox_push_wake(struct fern_cluster *c, fern_thread *t);
+
+/* A compensation worker's life (worker.spare). Started by the monitor
+ * (spare_start), it ends itself when idle (EXITED) and is joined by the
+ * monitor or cluster_stop (DORMANT), whose slot a later start reuses. */
+enum { SPARE_NO = 0, SPARE_RUNNING = 1, SPARE_EXITED = 2, SPARE_DORMANT = 3 };
+#define SPARES_MAX 4u            /* compensation workers per cluster at most */
+int spare_start(struct fern_cluster *c);
+void spares_reap(struct fern_cluster *c);
+/* Move what waits on a stuck worker v (its ring, hand-off slot, and with
+ * pinned_too its pinned threads) to its cluster's inbox; returns how many
+ * threads moved. */
+unsigned rescue_worker(struct worker *v, bool pinned_too);
+/* v has something runnable waiting (ring, hand-off, pinned). */
+bool worker_has_queued(struct worker *v);
+
+/* monitor.c */
+int monitor_start(int64_t slice_ns, bool preempt);
+void monitor_stop(void);
+void monitor_kick(void);
+extern uint32_t monitor_sleeping __attribute__((visibility("hidden")));
+/* A worker leaving its sleep: the monitor must be awake while it is busy. */
+static inline void monitor_worker_busy(struct worker *w)
+{
+    STORE_RELAXED(&w->mon_idle, 0);
+    full_fence(); /* mon_idle = 0 before reading monitor_sleeping: see monitor.c */
+    if (LOAD_RELAXED(&monitor_sleeping))
+        monitor_kick();
+}
+void monitor_stats(struct fern_stats *s);
+
+/* preempt.c */
+int preempt_init(void);
+void preempt_fini(void);
+bool preempt_enabled(void);
+/* Kernel task tid is asleep in the kernel (/proc state S or D). */
+bool task_sleeping(int tid);
+/* Ask w to preempt the thread that has run since switch count `switches`. */
+void preempt_request(struct worker *w, uint64_t switches);
+/* Under ThreadSanitizer the handler cannot redirect the thread (it gets a
+ * copy of the context): fern_mutex_lock and the channel operations call
+ * preempt_point() at their start, where the caller holds no fern lock, and
+ * yield there. Empty in other builds. */
+#ifdef FERN_TSAN
+void preempt_point_slow(struct worker *w);
+static inline void preempt_point(void)
+{
+    struct worker *w = worker_self();
+    if (w && LOAD_RELAXED(&w->preempt_soft) && w->cur != &w->g0)
+        preempt_point_slow(w);
+}
+#else
+static inline void preempt_point(void) {}
+#endif
+/* Yield from a preempted thread: it goes on w's pinned list. */
+void sched_yield_pinned(struct worker *w);
+
+/* deadlock.c: a scan if one is due (rt.boot_lock held); returns when to
+ * look again, FERN_FOREVER if nothing is pending. */
+int64_t deadlock_watch(int64_t now, bool workers_busy);
+uint64_t deadlocks_reported(void);
+void deadlock_reset(void);
+/* thread.c: fn(t) for every live thread (under the descriptor lock). */
+void threads_walk(void (*fn)(fern_thread *t, void *arg), void *arg);
+int threads_dump(FILE *f);
+/* blocking.c: helper kernel threads alive. */
+unsigned blocking_threads(void);
+/* crash.c: its kernel threads (the dump-signal thread). */
+unsigned crash_threads(void);
+
+/* timer.c: move every timer of `from` into `to`'s heap. */
+void timers_move(struct worker *from, struct worker *to);
 
 /* thread.c internals used by sched.c */
 fern_thread *thread_alloc(struct worker *w);

@@ -45,6 +45,19 @@
  *
  * Timers are fired by their owning worker at ticks and in the idle path; an
  * idle worker sleeps until its earliest deadline.
+ *
+ * Preempted threads (preempt.c) are not put on the ring, where thieves would
+ * take them, but on the worker's pinned list: a thread interrupted at an
+ * arbitrary instruction resumes on the kernel thread it left. The owner
+ * takes from that list when its ring is empty and every 61 ticks.
+ *
+ * Compensation (monitor.c): a cluster's worker array has room for
+ * SPARES_MAX extra workers beyond the ones asked for. The monitor starts
+ * one when a stuck worker's queue cannot be served by the others; a spare
+ * that finds nothing to do for SPARE_LINGER_NS hands its timers to worker 0
+ * and ends. Slots are never removed (others iterate over them without
+ * locks): an ended spare's slot stays, empty, and a later start reuses it.
+ * c->nworkers only grows, published with release after the slot is filled.
  */
 #include "internal.h"
 #include "probes.h"
@@ -263,8 +276,9 @@ void cluster_wake(struct fern_cluster *c)
     if (LOAD_RELAXED(&c->nidle) == 0)
         return;
     struct worker *pick = NULL;
+    unsigned n = LOAD(&c->nworkers);
     spin_lock(&c->idle_lock);
-    for (unsigned i = 0; i < c->nworkers; i++) {
+    for (unsigned i = 0; i < n; i++) {
         struct worker *v = c->workers[i];
         if (v->idle_listed) {
             v->idle_listed = 0;
@@ -285,8 +299,9 @@ void cluster_wake(struct fern_cluster *c)
 
 static void cluster_wake_all(struct fern_cluster *c)
 {
+    unsigned n = LOAD(&c->nworkers);
     spin_lock(&c->idle_lock);
-    for (unsigned i = 0; i < c->nworkers; i++) {
+    for (unsigned i = 0; i < n; i++) {
         struct worker *v = c->workers[i];
         if (v->idle_listed) {
             v->idle_listed = 0;
@@ -304,7 +319,8 @@ static bool cluster_has_work(struct worker *w)
     struct fern_cluster *c = w->cluster;
     if (LOAD_RELAXED(&c->inbox_n) || LOAD_RELAXED(&c->stopping))
         return true;
-    for (unsigned i = 0; i < c->nworkers; i++)
+    unsigned n = LOAD(&c->nworkers);
+    for (unsigned i = 0; i < n; i++)
         if (!runq_empty(c->workers[i]))
             return true;
     return false;
@@ -312,22 +328,46 @@ static bool cluster_has_work(struct worker *w)
 
 static bool any_next(struct worker *w);
 
-static void worker_sleep(struct worker *w)
+/* How long a compensation worker stays with nothing to do before it ends. */
+#define SPARE_LINGER_NS 50000000
+
+static void worker_kick(struct worker *v);
+
+/* Sleep until woken or the earliest deadline. Returns true if a spare w
+ * timed out idle and may end: still listed idle (nobody woke it), no
+ * timers left, no work in sight after it unlisted itself. */
+static bool worker_sleep(struct worker *w)
 {
     struct fern_cluster *c = w->cluster;
+    bool linger_over = false;
     /* Trimming cold stacks is work: do it before listing ourselves idle, or
      * every wake-up meanwhile would pick us and pay a futex call for a
      * worker that is not asleep. */
     if (stack_trim_some(w))
-        return;
+        return false;
     spin_lock(&c->idle_lock);
     w->idle_listed = 1;
     STORE_RELAXED(&w->sleep_word, 1);
     STORE_RELAXED(&c->nidle, c->nidle + 1);
     spin_unlock(&c->idle_lock);
+    STORE_RELAXED(&w->mon_idle, 1);
     full_fence();
     if (!cluster_has_work(w)) {
         int64_t deadline = timers_next(w);
+        if (w->spare) {
+            /* Once no worker of the cluster is stuck, a spare's sleepers go
+             * back to worker 0, so the spare can end. */
+            if (deadline != FERN_FOREVER && !LOAD_RELAXED(&c->stuck)) {
+                timers_move(w, c->workers[0]);
+                worker_kick(c->workers[0]);
+                deadline = timers_next(w);
+            }
+            int64_t end = fern_now_ns() + SPARE_LINGER_NS;
+            if (end < deadline) {
+                deadline = end;
+                linger_over = true;
+            }
+        }
         /* A hand-off waiting behind a busy worker gets a look every 1 ms.
          * (Checked after listing idle + fence: a hand-off made later sees
          * nidle > 0 in sched_ready and wakes us.) */
@@ -339,13 +379,44 @@ static void worker_sleep(struct worker *w)
         STORE_RELAXED(&w->n_sleeps, w->n_sleeps + 1);
         if (!io_sleep(w, deadline))
             futex_wait(&w->sleep_word, 1, deadline);
+    } else {
+        linger_over = false;
     }
+    bool woken;
     spin_lock(&c->idle_lock);
+    woken = !w->idle_listed;
     if (w->idle_listed) {
         w->idle_listed = 0;
         STORE_RELAXED(&c->nidle, c->nidle - 1);
     }
     spin_unlock(&c->idle_lock);
+    monitor_worker_busy(w);
+    /* A spare ends only if nobody picked it and, after it unlisted itself
+     * (the fence in monitor_worker_busy), no work is in sight: a producer
+     * that saw it listed woke it, one that did not made its work visible
+     * before this check. */
+    return linger_over && !woken && LOAD_RELAXED(&w->timers.n) == 0 && !cluster_has_work(w);
+}
+
+/* Wake worker v if it sleeps (it recomputes its deadline). */
+static void worker_kick(struct worker *v)
+{
+    struct fern_cluster *c = v->cluster;
+    bool listed;
+    spin_lock(&c->idle_lock);
+    listed = v->idle_listed;
+    if (listed) {
+        v->idle_listed = 0;
+        STORE_RELAXED(&c->nidle, c->nidle - 1);
+        STORE(&v->sleep_word, 0);
+    }
+    spin_unlock(&c->idle_lock);
+    if (listed) {
+        futex_wake(&v->sleep_word, 1);
+        full_fence(); /* as in cluster_wake */
+        if (LOAD(&v->in_epoll))
+            io_wake();
+    }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -361,6 +432,36 @@ static inline void run_after(struct worker *w)
     }
 }
 
+/* Take the oldest thread preempted on w (owner only; the monitor may empty
+ * the list of a stuck worker, hence the lock). */
+static fern_thread *pin_pop(struct worker *w)
+{
+    spin_lock(&w->pin_lock);
+    fern_thread *t = w->pin_head;
+    if (t) {
+        w->pin_head = t->link;
+        if (!w->pin_head)
+            w->pin_tail = NULL;
+        STORE_RELAXED(&w->npinned, w->npinned - 1);
+    }
+    spin_unlock(&w->pin_lock);
+    return t;
+}
+
+void sched_pin(struct worker *w, fern_thread *t)
+{
+    STORE_RELAXED(&t->run_state, T_RUNNABLE);
+    t->link = NULL;
+    spin_lock(&w->pin_lock);
+    if (w->pin_tail)
+        w->pin_tail->link = t;
+    else
+        w->pin_head = t;
+    w->pin_tail = t;
+    STORE_RELAXED(&w->npinned, w->npinned + 1);
+    spin_unlock(&w->pin_lock);
+}
+
 /* Pick the next thread to run without blocking; NULL if none. Inlined into
  * the switch paths: it is on every park and yield. */
 static inline __attribute__((always_inline)) fern_thread *pick_next(struct worker *w)
@@ -370,6 +471,8 @@ static inline __attribute__((always_inline)) fern_thread *pick_next(struct worke
     if (unlikely(tick % 61 == 0)) {
         if (LOAD_RELAXED(&w->timers.n))
             timers_run(w, fern_now_ns());
+        if (LOAD_RELAXED(&w->npinned) && (t = pin_pop(w)) != NULL)
+            return t;
         if ((t = inbox_pop(w->cluster)) != NULL)
             return t;
     }
@@ -385,6 +488,8 @@ static inline __attribute__((always_inline)) fern_thread *pick_next(struct worke
     }
     w->next_streak = 0;
     if ((t = runq_get(w)) != NULL)
+        return t;
+    if (LOAD_RELAXED(&w->npinned) && (t = pin_pop(w)) != NULL)
         return t;
     if (LOAD_RELAXED(&w->next) && (t = __atomic_exchange_n(&w->next, NULL, __ATOMIC_ACQ_REL)))
         return t;
@@ -410,7 +515,7 @@ static inline void enter_thread(struct worker *w, fern_thread *next)
         w->eh[0] = next->eh[0];
         w->eh[1] = next->eh[1];
     }
-    w->cur = next;
+    STORE_RELAXED(&w->cur, next); /* read by the monitor */
     STORE_RELAXED(&next->run_state, T_RUNNING);
     STORE_RELAXED(&w->n_switches, w->n_switches + 1);
 #ifdef FERN_TSAN
@@ -568,6 +673,37 @@ void sched_yield_green(struct worker *w)
     switch_to(w, cur, next, false);
 }
 
+static void after_pin(struct worker *w, fern_thread *prev, void *arg)
+{
+    (void)arg;
+    sched_pin(w, prev);
+}
+
+/* A preempted thread gives up the worker. Preemptions are rare (one per
+ * slice), so first the worker's due timers and the inbox get a look: a
+ * thread a timer woke must not wait behind pinned spinners for the 61-tick
+ * inbox check. */
+void sched_yield_pinned(struct worker *w)
+{
+    fern_thread *cur = w->cur;
+    if (LOAD_RELAXED(&w->timers.n))
+        timers_run(w, fern_now_ns());
+    fern_thread *next = inbox_pop(w->cluster);
+    if (!next)
+        next = pick_next(w);
+    if (!next)
+        return;
+    if (!next->sp && !(stack_ready(w, next->stack_cls) && stack_bind(w, next))) {
+        w->start = next;
+        next = &w->g0;
+    }
+    w->after = after_pin;
+    w->after_prev = cur;
+    w->after_arg = NULL;
+    STORE_RELAXED(&cur->run_state, T_RUNNABLE);
+    switch_to(w, cur, next, false);
+}
+
 void sched_ready(fern_thread *t)
 {
     struct worker *w = worker_self();
@@ -660,8 +796,9 @@ static fern_thread *next_steal(struct worker *v)
 static bool any_next(struct worker *w)
 {
     struct fern_cluster *c = w->cluster;
-    for (unsigned i = 0; i < c->nworkers; i++)
-        if (c->workers[i] != w && LOAD_RELAXED(&c->workers[i]->next))
+    unsigned n = LOAD(&c->nworkers);
+    for (unsigned i = 0; i < n; i++)
+        if (c->workers[i] != w && !c->workers[i]->alone && LOAD_RELAXED(&c->workers[i]->next))
             return true;
     return false;
 }
@@ -679,7 +816,8 @@ static fern_thread *find_work(struct worker *w)
 {
     struct fern_cluster *c = w->cluster;
     int64_t spin_until = 0;
-    uint64_t seen[FERN_WORKERS_MAX > 64 ? 64 : FERN_WORKERS_MAX];
+    uint64_t seen[64];
+    unsigned nseen = 0;
     int64_t seen_at = 0;
     bool spinning = false;
     fern_thread *t = NULL;
@@ -696,23 +834,27 @@ static fern_thread *find_work(struct worker *w)
             continue;
         if ((t = pick_next(w)) != NULL)
             break;
-        for (unsigned i = 1; i < c->nworkers && !t; i++)
-            t = runq_steal(w, c->workers[(w->index + i) % c->nworkers]);
+        unsigned nw = LOAD(&c->nworkers);
+        for (unsigned i = 1; i < nw && !t; i++)
+            t = runq_steal(w, c->workers[(w->index + i) % nw]);
         if (t)
             break;
         if (io_poll_nonblocking())
             continue;
         int64_t now = fern_now_ns();
-        if (spinning && now < spin_until && c->nworkers > 1) {
-            unsigned n = c->nworkers < 64 ? c->nworkers : 64;
+        if (spinning && now < spin_until && nw > 1) {
             if (!seen_at) {
-                for (unsigned i = 0; i < n; i++)
+                nseen = nw < 64 ? nw : 64;
+                for (unsigned i = 0; i < nseen; i++)
                     seen[i] = LOAD_RELAXED(&c->workers[i]->n_switches);
                 seen_at = now;
             } else if (now - seen_at >= NEXT_STUCK_NS) {
-                for (unsigned i = 0; i < n && !t; i++) {
+                /* Not from a one-worker cluster's worker (`alone`, which
+                 * can have a spare beside it): it uses its slot with plain
+                 * loads and stores. */
+                for (unsigned i = 0; i < nseen && !t; i++) {
                     struct worker *v = c->workers[i];
-                    if (v != w && LOAD_RELAXED(&v->n_switches) == seen[i] &&
+                    if (v != w && !v->alone && LOAD_RELAXED(&v->n_switches) == seen[i] &&
                         (t = next_steal(v)) != NULL)
                         PROBE3(steal, t->id, w->index, v->index);
                 }
@@ -729,7 +871,8 @@ static fern_thread *find_work(struct worker *w)
             __atomic_fetch_sub(&c->nspinning, 1, __ATOMIC_SEQ_CST);
             continue; /* one more look after leaving the spinners */
         }
-        worker_sleep(w);
+        if (worker_sleep(w))
+            break; /* a spare with nothing to do ends (t is NULL) */
         spinning = true;
         ADD_RELAXED(&c->nspinning, 1);
         spin_until = fern_now_ns() + SPIN_NS;
@@ -744,8 +887,9 @@ static void *worker_main(void *arg)
 {
     struct worker *w = arg;
     fern_tls_worker_ = w;
-    w->tid = (int32_t)gettid();
-    w->cur = &w->g0;
+    STORE_RELAXED(&w->tid, (int32_t)gettid());
+    STORE_RELAXED(&w->cur, &w->g0);
+    monitor_worker_busy(w); /* the monitor may sleep: it watches us from now */
     w->errno_loc = &errno; /* this kernel thread's errno, for switch_to */
     if (__cxa_get_globals)
         w->eh = __cxa_get_globals();
@@ -777,6 +921,9 @@ static void *worker_main(void *arg)
     stack_cache_flush(w);
     altstack_free(w);
     fern_tls_worker_ = NULL;
+    STORE_RELAXED(&w->mon_idle, 1);
+    if (w->spare)
+        STORE(&w->spare, SPARE_EXITED);
     return NULL;
 }
 
@@ -788,35 +935,50 @@ static void worker_free(struct worker *w)
     free(w);
 }
 
+static struct worker *worker_new(struct fern_cluster *c, unsigned index, bool alone)
+{
+    struct worker *w;
+    if (posix_memalign((void **)&w, 64, sizeof *w))
+        return NULL;
+    memset(w, 0, sizeof *w);
+    w->cluster = c;
+    w->index = index;
+    w->alone = alone;
+    w->bias_tag = alone ? bias_slot_take() << 2 : 0;
+    w->bias_busy = bias_busy(w->bias_tag);
+    w->g0.alloc = A_LIVE;
+    return w;
+}
+
+static int worker_launch(struct worker *w)
+{
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setstacksize(&a, (size_t)256 * 1024);
+    int r = pthread_create(&w->os, &a, worker_main, w);
+    pthread_attr_destroy(&a);
+    return r;
+}
+
 int cluster_start(struct fern_cluster **out, unsigned n)
 {
-    struct fern_cluster *c = calloc(1, sizeof *c + n * sizeof(struct worker *));
+    struct fern_cluster *c = calloc(1, sizeof *c + (n + SPARES_MAX) * sizeof(struct worker *));
     if (!c)
         return ENOMEM;
     c->nworkers = n;
+    c->nbase = n;
     for (unsigned i = 0; i < n; i++) {
-        struct worker *w;
-        if (posix_memalign((void **)&w, 64, sizeof *w)) {
+        struct worker *w = worker_new(c, i, n == 1);
+        if (!w) {
             for (unsigned j = 0; j < i; j++)
                 worker_free(c->workers[j]);
             free(c);
             return ENOMEM;
         }
-        memset(w, 0, sizeof *w);
-        w->cluster = c;
-        w->index = i;
-        w->alone = n == 1;
-        w->bias_tag = n == 1 ? bias_slot_take() << 2 : 0;
-        w->bias_busy = bias_busy(w->bias_tag);
-        w->g0.alloc = A_LIVE;
         c->workers[i] = w;
     }
     for (unsigned i = 0; i < n; i++) {
-        pthread_attr_t a;
-        pthread_attr_init(&a);
-        pthread_attr_setstacksize(&a, (size_t)256 * 1024);
-        int r = pthread_create(&c->workers[i]->os, &a, worker_main, c->workers[i]);
-        pthread_attr_destroy(&a);
+        int r = worker_launch(c->workers[i]);
         if (r) {
             STORE(&c->stopping, 1);
             cluster_wake_all(c);
@@ -844,18 +1006,132 @@ int cluster_start(struct fern_cluster **out, unsigned n)
 int64_t cluster_live(struct fern_cluster *c)
 {
     int64_t n = LOAD_RELAXED(&c->live_ext);
-    for (unsigned i = 0; i < c->nworkers; i++)
+    unsigned nw = LOAD(&c->nworkers);
+    for (unsigned i = 0; i < nw; i++)
         n += LOAD_RELAXED(&c->workers[i]->live_delta);
     return n;
+}
+
+/* Start a compensation worker in c: a dormant slot's, or a new one while
+ * there is room. Called by the monitor with rt.boot_lock held (so c is not
+ * being stopped: cluster_stop sets `stopping` and then takes that lock
+ * before it counts the workers it joins). */
+int spare_start(struct fern_cluster *c)
+{
+    if (LOAD(&c->stopping))
+        return EINVAL;
+    struct worker *w = NULL;
+    unsigned n = c->nworkers;
+    for (unsigned i = c->nbase; i < n && !w; i++)
+        if (LOAD(&c->workers[i]->spare) == SPARE_DORMANT)
+            w = c->workers[i];
+    if (!w) {
+        if (n >= c->nbase + SPARES_MAX)
+            return EAGAIN;
+        if (!(w = worker_new(c, n, false)))
+            return ENOMEM;
+        w->spare = SPARE_DORMANT;
+        c->workers[n] = w;
+        STORE(&c->nworkers, n + 1); /* the slot is filled before it is counted */
+    }
+    STORE_RELAXED(&w->mon_idle, 0);
+    STORE(&w->spare, SPARE_RUNNING);
+    if (worker_launch(w)) {
+        STORE_RELAXED(&w->mon_idle, 1);
+        STORE(&w->spare, SPARE_DORMANT);
+        return EAGAIN;
+    }
+    return 0;
+}
+
+/* Join the spares of c that ended by themselves (rt.boot_lock held). */
+void spares_reap(struct fern_cluster *c)
+{
+    for (unsigned i = c->nbase; i < c->nworkers; i++) {
+        struct worker *w = c->workers[i];
+        if (LOAD(&w->spare) == SPARE_EXITED) {
+            pthread_join(w->os, NULL);
+            STORE(&w->spare, SPARE_DORMANT);
+        }
+    }
+}
+
+bool worker_has_queued(struct worker *v)
+{
+    return !runq_empty(v) || LOAD_RELAXED(&v->next) || LOAD_RELAXED(&v->npinned);
+}
+
+unsigned rescue_worker(struct worker *v, bool pinned_too)
+{
+    fern_thread *batch[RUNQ_SIZE + 1];
+    unsigned n = 0;
+    for (;;) {
+        uint32_t head = LOAD(&v->rq_head);
+        uint32_t tail = LOAD(&v->rq_tail);
+        uint32_t k = tail - head;
+        if (k == 0 || k > RUNQ_SIZE)
+            break;
+        for (uint32_t i = 0; i < k; i++)
+            batch[i] = LOAD_RELAXED(&v->rq[(head + i) % RUNQ_SIZE]);
+        if (CAS(&v->rq_head, &head, head + k)) {
+            n = k;
+            break;
+        }
+    }
+    /* A one-worker cluster's hand-off slot is its owner's alone (plain
+     * stores): it stays. */
+    if (!v->alone) {
+        fern_thread *t = next_steal(v);
+        if (t)
+            batch[n++] = t;
+    }
+    fern_thread *pinned = NULL, *pinned_tail = NULL;
+    uint32_t npinned = 0;
+    if (pinned_too && LOAD_RELAXED(&v->npinned)) {
+        spin_lock(&v->pin_lock);
+        pinned = v->pin_head;
+        pinned_tail = v->pin_tail;
+        npinned = v->npinned;
+        v->pin_head = v->pin_tail = NULL;
+        STORE_RELAXED(&v->npinned, 0);
+        spin_unlock(&v->pin_lock);
+    }
+    if (n + npinned == 0)
+        return 0;
+    fern_thread *head = pinned, *tail = pinned_tail;
+    for (unsigned i = 0; i < n; i++) {
+        batch[i]->link = NULL;
+        if (tail)
+            tail->link = batch[i];
+        else
+            head = batch[i];
+        tail = batch[i];
+    }
+    inbox_push_list(v->cluster, head, tail, n + npinned);
+    cluster_wake(v->cluster);
+    return n + npinned;
 }
 
 /* Stop and join c's workers and free it. Caller checked it is unused. */
 void cluster_stop(struct fern_cluster *c)
 {
     STORE(&c->stopping, 1);
+    /* No spare starts after this: spare_start runs under boot_lock and
+     * checks `stopping`. */
+    pthread_mutex_lock(&rt.boot_lock);
+    pthread_mutex_unlock(&rt.boot_lock);
     cluster_wake_all(c);
-    for (unsigned i = 0; i < c->nworkers; i++)
+    for (unsigned i = 0; i < c->nbase; i++)
         pthread_join(c->workers[i]->os, NULL);
+    pthread_mutex_lock(&rt.boot_lock);
+    for (unsigned i = c->nbase; i < c->nworkers; i++) {
+        struct worker *w = c->workers[i];
+        if (LOAD(&w->spare) != SPARE_DORMANT) {
+            pthread_join(w->os, NULL);
+            STORE(&w->spare, SPARE_DORMANT);
+        }
+    }
+    pthread_mutex_unlock(&rt.boot_lock);
     while (LOAD(&c->wakers))
         sched_yield(); /* a waker is still inside cluster_wake(c) */
     pthread_mutex_lock(&rt.boot_lock);
@@ -865,7 +1141,7 @@ void cluster_stop(struct fern_cluster *c)
             break;
         }
     rt.nclusters--;
-    rt.nworkers -= c->nworkers;
+    rt.nworkers -= c->nbase;
     for (unsigned i = 0; i < c->nworkers; i++) {
         struct worker *w = c->workers[i];
         rt.retired_spawned += w->n_spawned;
@@ -911,7 +1187,8 @@ fern_cluster *fern_current_cluster(void)
     return t ? t->cluster : NULL;
 }
 
-unsigned fern_cluster_workers(const fern_cluster *c) { return c ? c->nworkers : 0; }
+/* The workers asked for; compensation workers come and go (fern_stats). */
+unsigned fern_cluster_workers(const fern_cluster *c) { return c ? c->nbase : 0; }
 
 /* Start the runtime with cfg. `implicit_by` names the call that starts it
  * with the defaults (runtime_start), or is NULL for fern_init itself. */
@@ -965,6 +1242,14 @@ static int runtime_init(const fern_config *cfg, const char *implicit_by)
         stack_fini();
         return r;
     }
+    r = monitor_start(c.slice_ns, c.preempt);
+    if (r) {
+        cluster_stop(d);
+        crash_stop();
+        io_fini();
+        stack_fini();
+        return r;
+    }
     pthread_mutex_lock(&rt.boot_lock);
     rt.dflt = d;
     rt.started_by = implicit_by;
@@ -995,6 +1280,7 @@ int fern_shutdown(void)
     STORE(&rt.running, 0);
     pthread_mutex_unlock(&rt.boot_lock);
     crash_stop(); /* no dump in flight while the runtime is torn down */
+    monitor_stop();
     for (;;) {
         pthread_mutex_lock(&rt.boot_lock);
         struct fern_cluster *c = rt.clusters;
@@ -1034,7 +1320,9 @@ void sched_stats(struct fern_stats *s)
         s->clusters++;
         for (unsigned i = 0; i < c->nworkers; i++) {
             struct worker *w = c->workers[i];
-            s->workers++;
+            s->workers += i < c->nbase || LOAD(&w->spare) == SPARE_RUNNING;
+            s->preemptions += LOAD_RELAXED(&w->n_preempts);
+            s->preemptions_deferred += LOAD_RELAXED(&w->n_preempts_deferred);
             s->switches += LOAD_RELAXED(&w->n_switches);
             s->steals += LOAD_RELAXED(&w->n_steals);
             s->worker_sleeps += LOAD_RELAXED(&w->n_sleeps);
@@ -1063,12 +1351,29 @@ void sched_dump_clusters(FILE *f)
             struct worker *w = c->workers[i];
             uint32_t q = LOAD_RELAXED(&w->rq_tail) - LOAD_RELAXED(&w->rq_head);
             fern_thread *nx = LOAD_RELAXED(&w->next);
-            fprintf(f, "  worker %u: runq %u, next %llu, timers %u, switches %llu, steals %llu, "
-                       "sleeps %llu\n",
-                    i, q, nx ? (unsigned long long)nx->id : 0ull, LOAD_RELAXED(&w->timers.n),
+            if (i >= c->nbase && LOAD(&w->spare) != SPARE_RUNNING)
+                continue;
+            fprintf(f, "  worker %u%s: runq %u, next %llu, pinned %u, timers %u, switches %llu, "
+                       "steals %llu, sleeps %llu",
+                    i, i >= c->nbase ? " (spare)" : "", q, nx ? (unsigned long long)nx->id : 0ull,
+                    LOAD_RELAXED(&w->npinned), LOAD_RELAXED(&w->timers.n),
                     (unsigned long long)LOAD_RELAXED(&w->n_switches),
                     (unsigned long long)LOAD_RELAXED(&w->n_steals),
                     (unsigned long long)LOAD_RELAXED(&w->n_sleeps));
+            /* How long the running thread has run: since the monitor first
+             * saw this worker's switch count (its tick is the resolution). */
+            fern_thread *cur = LOAD_RELAXED(&w->cur);
+            if (cur && cur != &w->g0 && !LOAD_RELAXED(&w->mon_idle)) {
+                int64_t since = LOAD_RELAXED(&w->mon_since);
+                bool same = LOAD_RELAXED(&w->mon_switches) == LOAD_RELAXED(&w->n_switches);
+                if (same && since)
+                    fprintf(f, ", running thread %llu for %lld ms", (unsigned long long)cur->id,
+                            (long long)((fern_now_ns() - since) / 1000000));
+                else
+                    fprintf(f, ", running thread %llu for < 1 monitor tick",
+                            (unsigned long long)cur->id);
+            }
+            fputc('\n', f);
         }
     }
     pthread_mutex_unlock(&rt.boot_lock);

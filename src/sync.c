@@ -176,7 +176,7 @@ static __attribute__((noinline)) int mutex_lock_slow(fern_mutex *m, int64_t dead
      * and a wake-up. Not in hand-off mode (no barging then), and not when
      * this worker is its cluster's only one: the holder would need it (a
      * biased mutex is only used by one such worker). */
-    if (!plain && !LOAD_RELAXED(&m->handoff_) && (!me->w || me->w->cluster->nworkers > 1)) {
+    if (!plain && !LOAD_RELAXED(&m->handoff_) && (!me->w || LOAD_RELAXED(&me->w->cluster->nworkers) > 1)) {
         for (int round = 0; round < 4; round++) {
             for (int k = 0; k < 30; k++)
                 __builtin_ia32_pause();
@@ -274,6 +274,7 @@ static inline __attribute__((always_inline)) int mutex_lock(fern_mutex *m, int64
 
 int fern_mutex_lock(fern_mutex *m)
 {
+    preempt_point();
     if (!m)
         return EINVAL;
     return mutex_lock(m, FERN_FOREVER, false);

@@ -179,6 +179,16 @@ static void name_read(const fern_thread *t, char out[32])
     out[31] = 0;
 }
 
+void threads_walk(void (*fn)(fern_thread *t, void *arg), void *arg)
+{
+    spin_lock(&rt.chunk_lock);
+    for (struct thread_chunk *c = rt.chunks; c; c = c->next)
+        for (unsigned i = 0; i < THREAD_CHUNK; i++)
+            if (LOAD(&c->t[i].alloc) == A_LIVE)
+                fn(&c->t[i], arg);
+    spin_unlock(&rt.chunk_lock);
+}
+
 int threads_dump(FILE *f)
 {
     int n = 0;
@@ -428,7 +438,13 @@ int fern_run(fern_fn fn, void *arg, void **ret)
     int r = fern_spawn(&t, &a, fn, arg);
     if (r)
         return r;
-    return fern_join_body(t, ret);
+    bool plain = !thread_current();
+    if (plain)
+        ADD_RELAXED(&rt.run_waiters, 1);
+    r = fern_join_body(t, ret);
+    if (plain)
+        __atomic_fetch_sub(&rt.run_waiters, 1, __ATOMIC_RELAXED);
+    return r;
 }
 
 fern_thread *fern_self(void) { return thread_current(); }

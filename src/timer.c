@@ -3,8 +3,15 @@
  *
  * Each worker owns a binary min-heap of timers. Only the owner adds timers
  * (a thread parks on its own worker and adds its timer in the post-switch
- * action) and only the owner fires them (scheduler tick, idle path). Anyone
- * may cancel, because a woken thread may resume on another worker.
+ * action). The owner fires them (scheduler tick, idle path); so does the
+ * monitor when the owner is stuck in one thread (monitor.c), so a sleeper's
+ * lateness does not depend on which worker queued its timer. Anyone may
+ * cancel, because a woken thread may resume on another worker.
+ *
+ * A retiring compensation worker hands its heap to another worker
+ * (timers_move). A timer's owner changes only with both heaps locked, so
+ * timer_cancel re-reads the owner once it holds a heap lock and retries if
+ * the timer moved meanwhile.
  *
  * Exactly-once with the wait queue: a timer's fire callback runs under the
  * heap lock and does the waiter's CAS; timer_cancel takes the same lock, so
@@ -92,13 +99,50 @@ void timer_add(struct worker *w, struct timer *t)
 
 void timer_cancel(struct timer *t)
 {
-    struct worker *w = LOAD_RELAXED(&t->owner);
-    if (!w)
+    for (;;) {
+        struct worker *w = LOAD_RELAXED(&t->owner);
+        if (!w)
+            return;
+        spin_lock(&w->timers.lock);
+        if (LOAD_RELAXED(&t->owner) != w) {
+            spin_unlock(&w->timers.lock);
+            continue;
+        }
+        if (t->index >= 0)
+            heap_remove(&w->timers, (uint32_t)t->index);
+        spin_unlock(&w->timers.lock);
         return;
-    spin_lock(&w->timers.lock);
-    if (t->index >= 0)
-        heap_remove(&w->timers, (uint32_t)t->index);
-    spin_unlock(&w->timers.lock);
+    }
+}
+
+void timers_move(struct worker *from, struct worker *to)
+{
+    struct timer_heap *a = &from->timers, *b = &to->timers;
+    if (from == to || LOAD_RELAXED(&a->n) == 0)
+        return;
+    /* Both locks, in address order (another mover may lock the pair). */
+    struct timer_heap *first = a < b ? a : b, *second = a < b ? b : a;
+    spin_lock(&first->lock);
+    spin_lock(&second->lock);
+    while (a->n > 0) {
+        if (b->n == b->cap) {
+            uint32_t cap = b->cap ? b->cap * 2 : 64;
+            struct timer **v = realloc(b->v, cap * sizeof *v);
+            if (!v)
+                break; /* the rest stays with `from`, which keeps firing them */
+            b->v = v;
+            b->cap = cap;
+        }
+        struct timer *t = a->v[a->n - 1];
+        heap_remove(a, a->n - 1);
+        STORE_RELAXED(&t->owner, to);
+        t->index = (int32_t)b->n;
+        b->v[b->n] = t;
+        STORE_RELAXED(&b->n, b->n + 1);
+        sift_up(b->v, (uint32_t)t->index);
+    }
+    spin_unlock(&second->lock);
+    spin_unlock(&first->lock);
 }
 
 int timers_run(struct worker *w, int64_t now)

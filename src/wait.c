@@ -98,10 +98,14 @@ static void parker_timer_fire(struct timer *tm)
 static void after_wait(struct worker *w, fern_thread *prev, void *arg)
 {
     struct parker *p = arg;
+    /* Read p before arming the timer: once armed, the monitor may fire it
+     * (monitor.c) and the thread run elsewhere and reuse p's memory. */
+    void (*unlock)(void *) = p->unlock;
+    void *unlock_arg = p->unlock_arg;
     if (p->timer.deadline != FERN_FOREVER)
         timer_add(w, &p->timer);
-    if (p->unlock)
-        p->unlock(p->unlock_arg);
+    if (unlock)
+        unlock(unlock_arg);
     bias_idle(w);
 }
 
@@ -129,7 +133,11 @@ static __attribute__((noinline)) int park_green(struct parker *p, fern_thread *s
     p->unlock_arg = arg;
     p->timer.fire = parker_timer_fire;
     p->timer.index = -1;
+    if (deadline != FERN_FOREVER)
+        STORE_RELAXED(&self->wait_timed, 1);
     sched_park(after_wait, p);
+    if (deadline != FERN_FOREVER)
+        STORE_RELAXED(&self->wait_timed, 0);
     uint32_t st = LOAD(&p->state);
     if (st == W_WOKEN && deadline != FERN_FOREVER)
         timer_cancel(&p->timer);

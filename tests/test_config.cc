@@ -182,13 +182,13 @@ TEST_F(Config, OtherVariablesRejected) {
 }
 
 TEST_F(Config, ConfigFieldsRejected) {
-    fern_config cfg{1000, 0};
+    fern_config cfg{1000, 0, 0};
     int rc = -1;
     EXPECT_EQ("fern: fern_config.workers=\"1000\" is not valid: expected 0 (the default: "
               "$FERN_WORKERS or one per CPU) or 1 to 256\n",
               init_stderr(&cfg, &rc));
     EXPECT_EQ(EINVAL, rc);
-    cfg = {1, 1024};
+    cfg = {1, 1024, 0};
     EXPECT_EQ("fern: fern_config.stack_size=\"1024\" is not valid: expected 0 (the default: "
               "$FERN_STACK_SIZE or 128 KiB) or 16384 to 1073741824\n",
               init_stderr(&cfg, &rc));
@@ -201,7 +201,7 @@ TEST_F(Config, ConfigFieldsRejected) {
 TEST_F(Config, ExplicitConfigIgnoresThoseVariables) {
     setenv("FERN_WORKERS", "abc", 1);
     setenv("FERN_STACK_SIZE", "64x", 1);
-    fern_config cfg{2, 65536};
+    fern_config cfg{2, 65536, 0};
     int rc = -1;
     EXPECT_EQ("", init_stderr(&cfg, &rc));
     ASSERT_EQ(0, rc);
@@ -254,7 +254,7 @@ TEST_F(Config, InitAfterImplicitStartSaysWhy) {
     fern_thread *t = nullptr;
     ASSERT_EQ(0, fern_spawn(&t, nullptr, [](void *) -> void * { return nullptr; }, nullptr));
     ASSERT_EQ(0, fern_join(t, nullptr));
-    fern_config cfg{1, 0};
+    fern_config cfg{1, 0, 0};
     int rc = -1;
     EXPECT_EQ("fern: fern_init: the runtime is already running: fern_spawn (or fern_go) started it "
               "with the default configuration; call fern_init before the first such call\n",

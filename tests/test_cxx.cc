@@ -185,7 +185,7 @@ TEST(Cxx, ExceptionPtrOutOfGreen) {
 // caught-exception stack is per kernel thread) while others throw on the same
 // worker, then rethrows. Runs in a child process so a crash is one failure.
 void catch_block_switch() {
-    fern_config cfg{1, 0};
+    fern_config cfg{1, 0, 0};
     if (fern_init(&cfg) != 0) std::exit(10);
     constexpr int N = 16;
     static std::atomic<int> good{0};

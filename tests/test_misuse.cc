@@ -191,7 +191,7 @@ TEST_F(Misuse, InitTwiceIsEbusy) {
         ASSERT_EQ(0, fern_init(nullptr));
     }
     EXPECT_EQ(EBUSY, fern_init(nullptr));
-    fern_config cfg{2, 0};
+    fern_config cfg{2, 0, 0};
     EXPECT_EQ(EBUSY, fern_init(&cfg));
     ASSERT_EQ(0, run_green([] { EXPECT_EQ(EBUSY, fern_init(nullptr)); }));
 }
@@ -217,12 +217,12 @@ TEST_F(Misuse, BadConfig) {
     if (runtime_running()) {
         ASSERT_EQ(0, fern_shutdown());
     }
-    fern_config cfg{FERN_WORKERS_MAX + 1, 0};
+    fern_config cfg{FERN_WORKERS_MAX + 1, 0, 0};
     EXPECT_EQ(EINVAL, fern_init(&cfg));
     EXPECT_FALSE(runtime_running());
-    cfg = {1, FERN_STACK_MIN / 2};
+    cfg = {1, FERN_STACK_MIN / 2, 0};
     EXPECT_EQ(EINVAL, fern_init(&cfg));
-    cfg = {1, FERN_STACK_MAX * 2};
+    cfg = {1, FERN_STACK_MAX * 2, 0};
     EXPECT_EQ(EINVAL, fern_init(&cfg));
     EXPECT_FALSE(runtime_running());
 }

@@ -52,7 +52,7 @@ TEST(Sched, InitRunShutdownCycles) {
     stop_runtime();
     for (int cycle = 0; cycle < 12; cycle++) {
         unsigned w = 1 + cycle % 4;
-        fern_config cfg{w, 0};
+        fern_config cfg{w, 0, 0};
         ASSERT_EQ(0, fern_init(&cfg)) << cycle;
         ASSERT_NE(nullptr, fern_cluster_default());
         EXPECT_EQ(w, fern_cluster_workers(fern_cluster_default()));
@@ -112,7 +112,7 @@ TEST(Sched, FernWorkersEnv) {
     ASSERT_EQ(0, fern_init(nullptr));
     EXPECT_EQ(3u, fern_cluster_workers(fern_cluster_default()));
     stop_runtime();
-    fern_config cfg{0, 0};
+    fern_config cfg{0, 0, 0};
     ASSERT_EQ(0, fern_init(&cfg));
     EXPECT_EQ(3u, fern_cluster_workers(fern_cluster_default()));
     stop_runtime();
@@ -145,14 +145,14 @@ TEST(Sched, FernStackSizeEnv) {
     stop_runtime();
     // An explicit config stack size is used instead of the environment.
     setenv("FERN_STACK_SIZE", "1024", 1);
-    fern_config cfg{1, 65536};
+    fern_config cfg{1, 65536, 0};
     EXPECT_EQ(0, fern_init(&cfg));
     stop_runtime();
 }
 
 TEST(Sched, MaxWorkers) {
     stop_runtime();
-    fern_config cfg{FERN_WORKERS_MAX, 0};
+    fern_config cfg{FERN_WORKERS_MAX, 0, 0};
     ASSERT_EQ(0, fern_init(&cfg));
     EXPECT_EQ(FERN_WORKERS_MAX, fern_cluster_workers(fern_cluster_default()));
     std::atomic<int> ran{0};
@@ -213,7 +213,9 @@ TEST(Sched, WorkSpreadsToAllWorkers) {
     deadline = fern_now_ns() + ms(5000);
     for (int i = 0; i < N; i++) ASSERT_EQ(0, spawn_on(&ts[i], c, note_and_spin));
     for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
-    EXPECT_EQ(4u, seen.size()) << "threads ran on only " << seen.size() << " of 4 workers";
+    // At least the 4 workers; a spinner that is not preempted (ThreadSanitizer
+    // preempts only at fern calls) can also earn a compensation worker.
+    EXPECT_GE(seen.size(), 4u) << "threads ran on only " << seen.size() << " of 4 workers";
     // Also when a green thread spawns them (local queue of one worker).
     seen.clear();
     nseen.store(0);
@@ -225,7 +227,7 @@ TEST(Sched, WorkSpreadsToAllWorkers) {
         for (auto k : kids) EXPECT_EQ(0, fern_join(k, nullptr));
     }));
     ASSERT_EQ(0, fern_join(parent, nullptr));
-    EXPECT_EQ(4u, seen.size()) << "children of one thread stayed on " << seen.size() << " of 4 workers";
+    EXPECT_GE(seen.size(), 4u) << "children of one thread stayed on " << seen.size() << " of 4 workers";
     struct fern_stats s;
     ASSERT_EQ(0, fern_stats(&s));
     EXPECT_GT(s.steals, 0u);

@@ -61,14 +61,29 @@ typedef struct fern_cluster fern_cluster;
 typedef struct fern_config {
     unsigned workers;  /* workers of the default cluster; 0 = $FERN_WORKERS or one per CPU */
     size_t stack_size; /* default stack size; 0 = $FERN_STACK_SIZE or FERN_STACK_DEFAULT */
+    long preempt_us;   /* time slice in microseconds (docs/preemption.md): a
+                        * green thread that runs longer while others wait is
+                        * preempted; a worker stuck twice as long gets a
+                        * compensation worker. 0 = $FERN_PREEMPT_US or
+                        * FERN_PREEMPT_DEFAULT_US; FERN_PREEMPT_OFF (or
+                        * $FERN_PREEMPT=0) = no preemption (the slice is then
+                        * still the unit for compensation). Otherwise
+                        * [FERN_PREEMPT_MIN_US, FERN_PREEMPT_MAX_US]. */
 } fern_config;
+
+#define FERN_PREEMPT_DEFAULT_US 10000L
+#define FERN_PREEMPT_MIN_US 100L
+#define FERN_PREEMPT_MAX_US 10000000L
+#define FERN_PREEMPT_OFF (-1L)
 
 /* Start the runtime: the default cluster and its workers. Optional: fern_run,
  * fern_spawn and the other calls listed in docs/configuration.md ("Implicit
  * start") start it with the defaults when needed; call fern_init before any
  * of them to choose the configuration.
- * Returns 0; EINVAL if cfg asks for more than FERN_WORKERS_MAX workers or a
- * stack size outside [FERN_STACK_MIN, FERN_STACK_MAX], or if a FERN_*
+ * Returns 0; EINVAL if cfg asks for more than FERN_WORKERS_MAX workers, a
+ * stack size outside [FERN_STACK_MIN, FERN_STACK_MAX] or a preempt_us that is
+ * neither 0, FERN_PREEMPT_OFF nor in [FERN_PREEMPT_MIN_US,
+ * FERN_PREEMPT_MAX_US], or if a FERN_*
  * environment variable holds a value that is not accepted (one line on stderr
  * names the setting, the value and what is accepted); EBUSY if the runtime
  * is already running; EAGAIN/ENOMEM if workers or memory could not be had;
@@ -209,7 +224,8 @@ fern_cluster *fern_cluster_default(void);
 /* The cluster of the calling green thread; NULL from a plain thread. */
 fern_cluster *fern_current_cluster(void);
 
-/* Number of workers of c. */
+/* Number of workers of c as created (0 if c is NULL); compensation workers
+ * started while one is stuck (docs/preemption.md) are not counted. */
 unsigned fern_cluster_workers(const fern_cluster *c);
 
 /* Move the calling green thread to cluster c: it returns running on one of
@@ -645,7 +661,8 @@ struct fern_stats {
     uint64_t migrations;       /* fern_migrate calls that moved */
     uint64_t worker_sleeps;    /* times a worker went to sleep idle */
     uint32_t clusters;         /* live clusters */
-    uint32_t workers;          /* workers in all clusters */
+    uint32_t workers;          /* workers in all clusters, running
+                                  compensation workers included */
     uint64_t stacks_mapped;    /* stack slots carved from slabs */
     uint64_t stacks_in_use;    /* bound to a live thread */
     uint64_t stacks_cached;    /* in pools, ready for reuse */
@@ -658,6 +675,16 @@ struct fern_stats {
     uint64_t bias_revocations; /* mutexes and condition variables taken out of
                                   a one-worker cluster's plain mode (see
                                   fern_mutex) since the process started */
+    /* Preemption and the monitor (docs/preemption.md). */
+    uint64_t preemptions;      /* green threads preempted at the end of their
+                                  time slice (live workers) */
+    uint64_t preemptions_deferred; /* requests that found the thread at an
+                                  unsafe point (fern, libc, no stack room)
+                                  and were retried at a later tick */
+    uint64_t spares_started;   /* compensation workers started because a
+                                  worker was stuck with work waiting, since
+                                  fern_init; `workers` counts running ones */
+    uint64_t deadlocks_reported; /* deadlock reports printed since fern_init */
 };
 
 /* Fill *s with counters (read without stopping workers: each is exact, the

@@ -244,7 +244,7 @@ TEST(StressCore, RestartUnderLoad) {
         if (runtime_running()) {
             ASSERT_EQ(0, fern_shutdown());
         }
-        fern_config cfg{(unsigned)(2 + round), 0};
+        fern_config cfg{(unsigned)(2 + round), 0, 0};
         ASSERT_EQ(0, fern_init(&cfg));
         fern_mutex m = FERN_MUTEX_INIT;
         fern_cond cv = FERN_COND_INIT;

@@ -1,0 +1,281 @@
+/*
+ * Deadlock reports, made by the monitor (monitor.c) every DL_SCAN_NS.
+ *
+ * Mutex cycles. A green thread parked without a deadline in
+ * fern_mutex_lock records the mutex in wait_what/wait_obj (sync.c). A scan
+ * collects those threads, reads each mutex's owner, and follows owner ->
+ * the mutex that owner waits for -> its owner ... A walk that comes back to
+ * a thread it passed is a cycle: every thread in it waits for a mutex only
+ * another thread of the cycle can unlock, so nothing (no plain thread, no
+ * timer) can wake any of them. A cycle is reported when two consecutive
+ * scans find it (the reads are not one atomic snapshot), once, on stderr,
+ * naming each thread's id and name and the mutex it waits for. The program
+ * keeps running.
+ *
+ * Reading a mutex the monitor does not own: the waiter is queued on it, so
+ * fern_mutex_destroy says EBUSY and the memory stays, as long as the waiter
+ * is still parked there. The owner is read first, with process_vm_readv
+ * (a bad address gives EFAULT, never a fault, should the waiter have left
+ * and the memory gone meanwhile), and used only if the waiter is still
+ * parked on the same mutex afterwards.
+ *
+ * Everyone asleep. Go's "all goroutines are asleep", only when fern can
+ * prove it: every live green thread is parked on a fern primitive without a
+ * deadline (not a sleep, not an fd, not the blocking pool: those end by
+ * themselves), and the process has no kernel thread besides fern's workers,
+ * the monitor, the dump-signal thread, the blocking pool's helpers and the
+ * callers waiting in fern_run (counted in /proc/self/task). Any other kernel thread could
+ * still wake someone, so then nothing is said. Reported once per episode
+ * (until some thread runs again), also after two consecutive scans.
+ */
+#include "internal.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define DL_SCAN_NS 500000000  /* two scans, so a report within ~1-1.5 s */
+#define DL_MAX 4096           /* mutex waiters examined per scan */
+#define DL_KEEP 64            /* cycles remembered (reported or candidate) */
+
+struct dl_entry {
+    fern_thread *t;
+    const void *m;
+    fern_thread *owner;      /* NULL: not a parked green thread's */
+    uint64_t id;
+    char name[32];
+};
+
+struct dl_cycle {
+    uint64_t key;            /* hash of the member ids, order-free */
+    uint64_t last_scan;      /* the scan that last found it */
+    bool reported;
+};
+
+static struct {
+    int64_t next_scan;
+    uint64_t scan;
+    uint64_t reported;
+    struct dl_cycle cycles[DL_KEEP];
+    unsigned ncycles;
+    bool asleep_candidate, asleep_reported;
+    uint64_t asleep_switches;
+    struct dl_entry e[DL_MAX];
+    unsigned n;
+} D;
+
+uint64_t deadlocks_reported(void) { return LOAD_RELAXED(&D.reported); }
+
+void deadlock_reset(void)
+{
+    memset(&D.cycles, 0, sizeof D.cycles);
+    D.ncycles = 0;
+    D.next_scan = 0;
+    D.scan = 1;
+    D.asleep_candidate = D.asleep_reported = false;
+    STORE_RELAXED(&D.reported, 0);
+}
+
+static bool read_word(const void *addr, void **out)
+{
+    struct iovec local = {out, sizeof *out}, remote = {(void *)addr, sizeof *out};
+    return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)sizeof *out;
+}
+
+static bool parked_on(fern_thread *t, const char *what, const void *obj)
+{
+    const char *w = LOAD(&t->wait_what);
+    return LOAD(&t->run_state) == T_PARKED && w && strcmp(w, what) == 0 &&
+           LOAD(&t->wait_obj) == obj && !LOAD(&t->wait_timed);
+}
+
+/* thread walk state for the "everyone asleep" test */
+struct census {
+    unsigned live, asleep;
+};
+
+static bool untimed_primitive(const char *what)
+{
+    return strcmp(what, "sleep") && strncmp(what, "fd ", 3) && strcmp(what, "blocking pool");
+}
+
+static void collect(fern_thread *t, void *arg)
+{
+    struct census *c = arg;
+    c->live++;
+    const char *what = LOAD(&t->wait_what);
+    if (LOAD(&t->run_state) != T_PARKED || !what || LOAD(&t->wait_timed))
+        return;
+    if (untimed_primitive(what))
+        c->asleep++;
+    if (strcmp(what, "mutex") || D.n == DL_MAX)
+        return;
+    struct dl_entry *e = &D.e[D.n];
+    e->t = t;
+    e->m = LOAD(&t->wait_obj);
+    e->owner = NULL;
+    e->id = t->id;
+    for (int i = 0; i < 31; i++)
+        e->name[i] = LOAD_RELAXED(&t->name[i]);
+    e->name[31] = 0;
+    D.n++;
+}
+
+static struct dl_entry *entry_of(const fern_thread *t)
+{
+    for (unsigned i = 0; i < D.n; i++)
+        if (D.e[i].t == t)
+            return &D.e[i];
+    return NULL;
+}
+
+static struct dl_cycle *cycle_slot(uint64_t key)
+{
+    for (unsigned i = 0; i < D.ncycles; i++)
+        if (D.cycles[i].key == key)
+            return &D.cycles[i];
+    if (D.ncycles == DL_KEEP) {
+        /* Forget an unreported candidate, or the oldest entry. */
+        unsigned victim = 0;
+        for (unsigned i = 0; i < D.ncycles; i++)
+            if (!D.cycles[i].reported) {
+                victim = i;
+                break;
+            }
+        D.cycles[victim] = D.cycles[--D.ncycles];
+    }
+    struct dl_cycle *c = &D.cycles[D.ncycles++];
+    memset(c, 0, sizeof *c);
+    c->key = key;
+    return c;
+}
+
+static void report_cycle(struct dl_entry *start, unsigned len)
+{
+    fprintf(stderr, "fern: deadlock: %u green threads wait for each other's fern_mutex:\n", len);
+    struct dl_entry *e = start;
+    for (unsigned i = 0; i < len; i++) {
+        struct dl_entry *next = entry_of(e->owner);
+        fprintf(stderr, "  thread %llu \"%s\" waits for mutex %p held by thread %llu \"%s\"\n",
+                (unsigned long long)e->id, e->name, e->m, (unsigned long long)next->id, next->name);
+        e = next;
+    }
+    fprintf(stderr, "fern: the program keeps running; these threads never will\n");
+    fflush(stderr);
+    STORE_RELAXED(&D.reported, D.reported + 1);
+}
+
+/* Walk from every entry; each cycle is found from each of its members, so
+ * it is handled once: from its member with the lowest id. */
+static void find_cycles(void)
+{
+    for (unsigned i = 0; i < D.n; i++) {
+        struct dl_entry *e = &D.e[i];
+        void *owner;
+        if (!read_word(&((const fern_mutex *)e->m)->owner_, &owner))
+            continue;
+        if (!parked_on(e->t, "mutex", e->m))
+            continue; /* it left: the value read means nothing */
+        e->owner = owner;
+    }
+    for (unsigned i = 0; i < D.n; i++) {
+        struct dl_entry *start = &D.e[i], *e = start;
+        unsigned len = 0;
+        uint64_t key = 0, min_id = UINT64_MAX;
+        do {
+            if (!e->owner || len > D.n)
+                break;
+            key += e->id * 0x9e3779b97f4a7c15ull ^ (e->id >> 7); /* order-free */
+            if (e->id < min_id)
+                min_id = e->id;
+            len++;
+            e = entry_of(e->owner);
+        } while (e && e != start);
+        if (e != start || start->id != min_id)
+            continue;
+        struct dl_cycle *c = cycle_slot(key);
+        if (c->last_scan + 1 == D.scan && !c->reported) {
+            report_cycle(start, len);
+            c->reported = true;
+        }
+        c->last_scan = D.scan;
+    }
+}
+
+/* Kernel threads in the process. */
+static unsigned task_count(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return 0;
+    unsigned n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        n += de->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* fern's own kernel threads plus callers blocked in fern_run. */
+static unsigned fern_task_count(void)
+{
+    unsigned n = 1 + crash_threads() + blocking_threads() + LOAD(&rt.run_waiters);
+    for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster)
+        for (unsigned i = 0; i < c->nworkers; i++)
+            n += i < c->nbase || LOAD(&c->workers[i]->spare) != SPARE_DORMANT;
+    return n;
+}
+
+static uint64_t switches_total(void)
+{
+    uint64_t n = 0;
+    for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster)
+        for (unsigned i = 0; i < c->nworkers; i++)
+            n += LOAD_RELAXED(&c->workers[i]->n_switches);
+    return n;
+}
+
+static void report_asleep(unsigned live)
+{
+    fprintf(stderr, "fern: deadlock: all %u green threads are asleep on fern primitives and no "
+                    "other thread can wake them:\n",
+            live);
+    threads_dump(stderr);
+    fprintf(stderr, "fern: the program keeps running\n");
+    fflush(stderr);
+    STORE_RELAXED(&D.reported, D.reported + 1);
+}
+
+/* rt.boot_lock held. Returns when the monitor should look again (it may
+ * sleep until then although every worker is idle: that is the state a
+ * deadlock leaves), or FERN_FOREVER. */
+int64_t deadlock_watch(int64_t now, bool workers_busy)
+{
+    if (now < D.next_scan)
+        return D.next_scan;
+    D.next_scan = now + DL_SCAN_NS;
+    D.n = 0;
+    D.scan++;
+    struct census cs = {0, 0};
+    threads_walk(collect, &cs);
+    bool candidates = D.n >= 2;
+    if (candidates)
+        find_cycles();
+    /* Everyone asleep: judged only while every worker is idle. */
+    bool asleep = !workers_busy && cs.live > 0 && cs.asleep == cs.live &&
+                  task_count() == fern_task_count();
+    uint64_t sw = switches_total();
+    if (!asleep || sw != D.asleep_switches) {
+        if (!asleep)
+            D.asleep_reported = false;
+        D.asleep_candidate = asleep;
+        D.asleep_switches = sw;
+    } else if (D.asleep_candidate && !D.asleep_reported) {
+        report_asleep(cs.live);
+        D.asleep_reported = true;
+    }
+    if (asleep && !D.asleep_reported)
+        return D.next_scan;
+    return candidates ? D.next_scan : FERN_FOREVER;
+}

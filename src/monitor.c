@@ -1,0 +1,250 @@
+/*
+ * The monitor: one runtime kernel thread per process that watches the
+ * workers while any of them is busy, and sleeps while all are idle.
+ *
+ * What it reads. Each worker already writes, at every switch, which thread
+ * runs (w->cur) and a switch count (w->n_switches). The monitor stamps each
+ * count it has not seen before with the time it first saw it (mon_since):
+ * "which thread, since when" at the resolution of one tick, with nothing
+ * added to the switch path. (A timestamp written by the worker would cost a
+ * clock read per switch; the count is free.)
+ *
+ * What it does, per tick, for a worker that has not switched since the
+ * previous tick (one thread has kept it for at least a tick):
+ *   - fires its timers that are due: timers are otherwise fired only by
+ *     their owner, so a worker stuck in the kernel would strand its
+ *     sleepers; fired threads go to the cluster's inbox and wake an idle
+ *     worker;
+ *   - after one time slice, with other threads waiting, asks for the thread
+ *     to be preempted (preempt.c), and retries every tick;
+ *   - after two slices it counts the worker as stuck if it sleeps in the
+ *     kernel or has used two slices of CPU (code preemption may not
+ *     interrupt; see worker_stuck): what waits on it (ring, hand-off
+ *     slot; pinned threads only if it sleeps in the kernel, see
+ *     rescue_worker's call) moves to the cluster inbox, and if no worker of
+ *     the cluster is free to run it, a compensation worker (a spare) is
+ *     started (sched.c: spare_start; at most SPARES_MAX per cluster; a spare
+ *     ends itself after SPARE_LINGER_NS without work).
+ * It also looks for deadlocks (deadlock.c), also while every worker is
+ * idle (that is what a deadlock looks like): then it sleeps only until the
+ * deadlock watch's next scan, and without a timeout once nothing is
+ * pending.
+ *
+ * Sleeping without losing a wake-up: the monitor stores monitor_sleeping = 1,
+ * issues a full fence and checks every worker's mon_idle; it futex-waits only
+ * if all are idle. A worker leaving its sleep stores mon_idle = 0, issues a
+ * full fence and reads monitor_sleeping (monitor_worker_busy); if set, it
+ * wakes the monitor. With both fences one of the two sees the other's store.
+ * A worker that starts busy announces itself the same way. So an idle
+ * process has no periodic wake-up at all; a busy one pays a tick (a quarter
+ * of a slice, between 50 us and 2.5 ms: a thread's run time is known to
+ * within a tick, so it is preempted between 1 and 1.25 slices).
+ *
+ * The time slice is also the unit of "stuck" when preemption is off, so
+ * compensation and timer rescue work either way.
+ */
+#include "internal.h"
+
+#include <time.h>
+
+uint32_t monitor_sleeping;
+
+static struct {
+    pthread_t th;
+    bool started;
+    uint32_t stop;       /* futex word of the tick wait */
+    int64_t slice_ns;
+    int64_t tick_ns;
+    bool preempt;
+    uint64_t spares_started;
+} M;
+
+void monitor_kick(void)
+{
+    uint32_t one = 1;
+    if (CAS(&monitor_sleeping, &one, 0))
+        futex_wake(&monitor_sleeping, 1);
+}
+
+
+/* CPU time used by kernel thread tid (Linux encodes a thread's CPU clock
+ * id from its tid: MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)), 0 if
+ * unknown. */
+static int64_t thread_cpu_ns(int tid)
+{
+    struct timespec ts;
+    clockid_t id = (clockid_t)((~(unsigned)tid << 3) | 6);
+    if (!tid || clock_gettime(id, &ts))
+        return 0;
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* A worker that has kept one thread for two slices of wall time is stuck
+ * if it sleeps in the kernel, or if it has used two slices of CPU since:
+ * then preemption could not stop it (excluded code, the signal blocked).
+ * One that merely waited for a CPU (an overloaded machine) is not: more
+ * kernel threads would not help it. */
+static bool worker_stuck(struct worker *w)
+{
+    int tid = LOAD_RELAXED(&w->tid);
+    if (task_sleeping(tid))
+        return true;
+    int64_t cpu = thread_cpu_ns(tid);
+    return !cpu || !w->mon_cpu || cpu - w->mon_cpu >= 2 * M.slice_ns;
+}
+
+/* A worker counts only while it is one: base workers, and running spares. */
+static bool worker_live(struct fern_cluster *c, unsigned i)
+{
+    return i < c->nbase || LOAD(&c->workers[i]->spare) == SPARE_RUNNING;
+}
+
+/* One pass over cluster c. Returns true if some worker of c is busy. */
+static bool watch_cluster(struct fern_cluster *c, int64_t now)
+{
+    bool busy = false;
+    unsigned nlive = 0, nstuck = 0, nfree = 0, nlong = 0;
+    spares_reap(c);
+    for (unsigned i = 0; i < c->nworkers; i++) {
+        struct worker *w = c->workers[i];
+        if (!worker_live(c, i))
+            continue;
+        nlive++;
+        if (LOAD_RELAXED(&w->mon_idle)) {
+            nfree++;
+            STORE_RELAXED(&w->mon_since, 0);
+            continue;
+        }
+        busy = true;
+        uint64_t sw = LOAD_RELAXED(&w->n_switches);
+        if (sw != w->mon_switches || !w->mon_since) {
+            STORE_RELAXED(&w->mon_switches, sw);
+            STORE_RELAXED(&w->mon_since, now);
+            w->mon_cpu = thread_cpu_ns(LOAD_RELAXED(&w->tid));
+            continue;
+        }
+        if (LOAD_RELAXED(&w->cur) == &w->g0) {
+            nfree++; /* in its idle path: it serves its own queues */
+            continue;
+        }
+        int64_t ran = now - w->mon_since;
+        if (LOAD_RELAXED(&w->timers.n) && timers_next(w) <= now)
+            timers_run(w, now);
+        bool waiting = worker_has_queued(w) || LOAD_RELAXED(&c->inbox_n);
+        if (M.preempt && ran >= M.slice_ns && waiting)
+            preempt_request(w, sw);
+        nlong += ran >= M.slice_ns;
+        /* A preemption request not yet handled means the kernel has not
+         * run the worker since (an overloaded machine), not that its code
+         * cannot be preempted: more kernel threads would not help, so wait
+         * (up to a limit: a long computation inside the kernel also delays
+         * the handler). */
+        if (ran >= 2 * M.slice_ns && worker_stuck(w)) {
+            nstuck++;
+            /* Preempted threads stay pinned to their worker unless it is
+             * blocked in the kernel, where it could wait for one of them
+             * (a pthread mutex it holds) forever. */
+            if (worker_has_queued(w))
+                rescue_worker(w, LOAD_RELAXED(&w->npinned) && task_sleeping(LOAD_RELAXED(&w->tid)));
+        }
+    }
+    STORE_RELAXED(&c->stuck, nstuck > 0);
+    /* Work waits in the inbox, some worker is stuck, and every live worker
+     * has kept one thread for a slice or more: nobody is about to run it. */
+    if (nstuck && nlong == nlive && !nfree && LOAD_RELAXED(&c->inbox_n) &&
+        spare_start(c) == 0)
+        STORE_RELAXED(&M.spares_started, M.spares_started + 1);
+    return busy;
+}
+
+/* One tick over every cluster (rt.boot_lock held: clusters stay linked).
+ * *again: when the deadlock watch wants another look. */
+static bool watch_all(int64_t now, int64_t *again)
+{
+    bool busy = false;
+    for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster)
+        busy |= watch_cluster(c, now);
+    *again = deadlock_watch(now, busy);
+    return busy;
+}
+
+static bool any_busy(void)
+{
+    for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster)
+        for (unsigned i = 0; i < c->nworkers; i++)
+            if (worker_live(c, i) && !LOAD_RELAXED(&c->workers[i]->mon_idle))
+                return true;
+    return false;
+}
+
+static void *monitor_main(void *arg)
+{
+    (void)arg;
+    while (!LOAD(&M.stop)) {
+        int64_t now = fern_now_ns(), again;
+        pthread_mutex_lock(&rt.boot_lock);
+        bool busy = watch_all(now, &again);
+        pthread_mutex_unlock(&rt.boot_lock);
+        if (busy) {
+            futex_wait(&M.stop, 0, now + M.tick_ns);
+            continue;
+        }
+        STORE_RELAXED(&monitor_sleeping, 1);
+        full_fence(); /* monitor_sleeping = 1 before reading mon_idle: see above */
+        pthread_mutex_lock(&rt.boot_lock);
+        busy = any_busy();
+        pthread_mutex_unlock(&rt.boot_lock);
+        /* A deadlock leaves every worker idle: a pending deadlock check
+         * bounds the sleep. */
+        if (!busy && !LOAD(&M.stop))
+            futex_wait(&monitor_sleeping, 1, again);
+        STORE_RELAXED(&monitor_sleeping, 0);
+    }
+    return NULL;
+}
+
+int monitor_start(int64_t slice_ns, bool preempt)
+{
+    M.slice_ns = slice_ns;
+    M.tick_ns = slice_ns / 4;
+    if (M.tick_ns < 50000)
+        M.tick_ns = 50000;
+    if (M.tick_ns > 2500000)
+        M.tick_ns = 2500000;
+    M.preempt = preempt;
+    M.stop = 0;
+    M.spares_started = 0;
+    deadlock_reset();
+    if (preempt) {
+        int r = preempt_init();
+        if (r)
+            return r;
+        M.preempt = preempt_enabled();
+    }
+    int r = pthread_create(&M.th, NULL, monitor_main, NULL);
+    if (r) {
+        preempt_fini();
+        return EAGAIN;
+    }
+    M.started = true;
+    return 0;
+}
+
+void monitor_stop(void)
+{
+    if (!M.started)
+        return;
+    STORE(&M.stop, 1);
+    futex_wake(&M.stop, 1);
+    STORE(&monitor_sleeping, 0);
+    futex_wake(&monitor_sleeping, 1);
+    pthread_join(M.th, NULL);
+    M.started = false;
+    preempt_fini();
+}
+
+void monitor_stats(struct fern_stats *s)
+{
+    s->spares_started = LOAD_RELAXED(&M.spares_started);
+    s->deadlocks_reported = deadlocks_reported();
+}

@@ -1,0 +1,376 @@
+/*
+ * Asynchronous preemption of green threads that run past their time slice.
+ *
+ * Model (as Go's since 1.14). The monitor (monitor.c) sees a worker that has
+ * not switched for a slice while other threads wait; it stores the worker's
+ * switch count in w->preempt_req and sends the worker's kernel thread the
+ * preemption signal (tgkill). The handler, on the worker's alternate signal
+ * stack, never switches stacks. It checks that the interrupted point is
+ * safe:
+ *   - the request is still current (the worker has not switched since) and
+ *     a green thread runs, on its own fern stack;
+ *   - the PC is in application code: inside an executable segment of an
+ *     object that is not libc, the dynamic loader, libstdc++, libgcc, a
+ *     sanitizer runtime, fern itself or the vDSO. Those hold locks (malloc's,
+ *     the loader's, stdio's) that another green thread on the same kernel
+ *     thread would then wait for with the kernel's futex, forever. The table
+ *     of ranges is built outside the handler with dl_iterate_phdr (at start,
+ *     and again by the monitor when the loader's add/remove counts change)
+ *     and published as an immutable array, so the handler only reads;
+ *   - fern holds no internal lock: fern's code is excluded by the PC test,
+ *     and the biased-object busy flag and a pending post-switch action are
+ *     checked as well;
+ *   - the stack has room below the 128-byte red zone for the trampoline's
+ *     frame (registers, XSAVE area, the scheduler's frames).
+ * If so it pushes the interrupted PC below the red zone and points the
+ * context at fern_preempt_tramp (src/arch/preempt_x86_64.S), which after the
+ * kernel's sigreturn saves every register, the flags and the vector state,
+ * calls preempt_yield() and restores them exactly. Otherwise it counts a
+ * deferred preemption and the monitor asks again on its next tick.
+ *
+ * A preempted thread goes on its worker's pinned list, not its run queue:
+ * it resumes on the same kernel thread (application code may hold a TLS
+ * address in a register) unless it migrates itself, or its worker gets
+ * stuck and the monitor hands the list to the others (monitor.c).
+ *
+ * Signal: SIGURG by default (ignored by default, rarely used: out-of-band
+ * socket data), FERN_PREEMPT_SIGNAL (a name or number, config.c) chooses
+ * another. A signal that
+ * was not sent by the monitor (si_code is not SI_TKILL from this process, or
+ * no request is pending) goes to the handler that was installed before
+ * fern_init (a handler installed later replaces fern's until the next
+ * fern_init). Installed with SA_RESTART; the monitor does not signal a worker
+ * whose thread sleeps in the kernel (/proc state), so blocking calls are not
+ * interrupted by it.
+ *
+ * ThreadSanitizer delivers signals late, at its own points, with a copy of
+ * the context: there the handler only sets w->preempt_soft and fern's
+ * operations (preempt_point) yield when they see it.
+ *
+ * A program linked with the static libfern has fern's code inside its own
+ * executable, where it cannot be told apart by address: preemption stays
+ * off there (compensation still works).
+ */
+#include "internal.h"
+
+#include <cpuid.h>
+#include <fcntl.h>
+#include <link.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#ifdef FERN_ASAN
+#define PREEMPT_ROOM 32768u  /* ASan's frames are larger */
+#else
+#define PREEMPT_ROOM 8192u   /* scheduler frames + after-actions, besides XSAVE */
+#endif
+#define RED_ZONE 128u
+
+struct code_range {
+    uintptr_t lo, hi;
+};
+struct code_table {
+    unsigned n;
+    struct code_table *retired; /* older tables, freed at preempt_fini */
+    struct code_range r[];
+};
+
+/* Read by the trampoline. */
+uint32_t fern_preempt_xsave_size __attribute__((visibility("hidden")));
+uint32_t fern_preempt_use_xsave __attribute__((visibility("hidden")));
+void fern_preempt_tramp(void);
+
+static struct {
+    int sig;
+    bool on;
+    struct sigaction old;
+    struct code_table *table;   /* published with release, read in the handler */
+    bool installed;             /* the handler stays after fern_shutdown */
+    int installed_sig;
+    unsigned long long adds, subs;
+} P;
+
+/* ---- the table of application code ---- */
+
+static bool name_has(const char *name, const char *part) { return strstr(name, part) != NULL; }
+
+/* Objects whose code may hold a lock that another green thread on the same
+ * kernel thread could need, or that is fern's own. */
+static bool runtime_object(const char *name)
+{
+    static const char *const parts[] = {"/libc.so", "/libc-", "/ld-linux", "/ld64.so", "/libpthread",
+                                        "/libdl.", "/librt.", "/libstdc++", "/libgcc_s", "/libasan",
+                                        "/libtsan", "/libubsan", "/liblsan", "/libhwasan",
+                                        "/libfern.", "linux-vdso", "linux-gate"};
+    for (size_t i = 0; i < sizeof parts / sizeof *parts; i++)
+        if (name_has(name, parts[i]))
+            return true;
+    return false;
+}
+
+struct build {
+    struct code_table *t;
+    unsigned cap;
+    bool fern_static;
+    bool oom;
+};
+
+static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    struct build *b = arg;
+    (void)size;
+    const char *name = info->dlpi_name ? info->dlpi_name : "";
+    uintptr_t self = (uintptr_t)&preempt_init;
+    bool has_fern = false;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
+            continue;
+        uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+        if (self >= lo && self < hi)
+            has_fern = true;
+    }
+    if (has_fern && !runtime_object(name))
+        b->fern_static = true; /* fern linked into this object: see above */
+    if (has_fern || runtime_object(name))
+        return 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
+            continue;
+        if (b->t->n == b->cap) {
+            unsigned cap = b->cap * 2;
+            struct code_table *t = realloc(b->t, sizeof *t + cap * sizeof(struct code_range));
+            if (!t) {
+                b->oom = true;
+                return 1;
+            }
+            b->t = t;
+            b->cap = cap;
+        }
+        b->t->r[b->t->n].lo = info->dlpi_addr + ph->p_vaddr;
+        b->t->r[b->t->n].hi = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
+        b->t->n++;
+    }
+    return 0;
+}
+
+static int read_counts(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    unsigned long long *c = arg;
+    if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) {
+        c[0] = info->dlpi_adds;
+        c[1] = info->dlpi_subs;
+    }
+    return 1; /* the counts are the same in every entry */
+}
+
+/* (Re)build the table. Monitor thread or fern_init only. */
+static int table_build(void)
+{
+    struct build b = {NULL, 16, false, false};
+    b.t = malloc(sizeof *b.t + b.cap * sizeof(struct code_range));
+    if (!b.t)
+        return ENOMEM;
+    b.t->n = 0;
+    unsigned long long c[2] = {0, 0};
+    dl_iterate_phdr(read_counts, c);
+    dl_iterate_phdr(add_object, &b);
+    if (b.oom) {
+        free(b.t);
+        return ENOMEM;
+    }
+    b.t->retired = P.table;
+    P.adds = c[0];
+    P.subs = c[1];
+    STORE(&P.table, b.t);
+    if (b.fern_static)
+        P.on = false;
+    return 0;
+}
+
+/* A library was loaded or unloaded since the table was built: rebuild it.
+ * (An unloaded library's range may stay in an old table a handler is
+ * reading; the handler only compares addresses, never dereferences them.) */
+static void table_refresh(void)
+{
+    unsigned long long c[2] = {0, 0};
+    dl_iterate_phdr(read_counts, c);
+    if (c[0] != P.adds || c[1] != P.subs)
+        table_build();
+}
+
+#ifndef FERN_TSAN
+static bool pc_is_app(uintptr_t pc)
+{
+    const struct code_table *t = LOAD(&P.table);
+    if (!t)
+        return false;
+    for (unsigned i = 0; i < t->n; i++)
+        if (pc >= t->r[i].lo && pc < t->r[i].hi)
+            return true;
+    return false;
+}
+#endif
+
+/* ---- the handler ---- */
+
+static void chain_old(int sig, siginfo_t *si, void *uc)
+{
+    if (P.old.sa_flags & SA_SIGINFO) {
+        if (P.old.sa_sigaction)
+            P.old.sa_sigaction(sig, si, uc);
+    } else if (P.old.sa_handler != SIG_DFL && P.old.sa_handler != SIG_IGN) {
+        P.old.sa_handler(sig);
+    }
+}
+
+__attribute__((no_sanitize("address"))) static void on_preempt(int sig, siginfo_t *si, void *ucv)
+{
+    int saved_errno = errno;
+    struct worker *w = worker_self();
+    uint64_t req = w ? LOAD(&w->preempt_req) : 0;
+    if (!req || si->si_code != SI_TKILL || si->si_pid != getpid()) {
+        chain_old(sig, si, ucv);
+        errno = saved_errno;
+        return;
+    }
+    STORE_RELAXED(&w->preempt_req, 0);
+    fern_thread *t = w->cur;
+    if (req != w->n_switches || t == &w->g0 || !t->stack)
+        goto out; /* it switched meanwhile: nothing to do */
+#ifdef FERN_TSAN
+    /* The context is a copy here; fern's next operation yields. */
+    STORE_RELAXED(&w->preempt_soft, 1);
+    goto out;
+#else
+    ucontext_t *uc = ucv;
+    greg_t *g = uc->uc_mcontext.gregs;
+    uintptr_t pc = (uintptr_t)g[REG_RIP], sp = (uintptr_t)g[REG_RSP];
+    uintptr_t lo = (uintptr_t)t->stack->lo, hi = (uintptr_t)t->stack;
+    uintptr_t need = RED_ZONE + 8 + 64 + 136 + fern_preempt_xsave_size + PREEMPT_ROOM;
+    if (!pc_is_app(pc) || sp > hi || sp < lo + need || w->after ||
+        (w->bias_tag && LOAD_RELAXED(w->bias_busy))) {
+        COUNT(&w->n_preempts_deferred, 1);
+        goto out;
+    }
+    uintptr_t nsp = sp - RED_ZONE - 8;
+    *(uintptr_t *)nsp = pc;
+    g[REG_RSP] = (greg_t)nsp;
+    g[REG_RIP] = (greg_t)(uintptr_t)fern_preempt_tramp;
+    COUNT(&w->n_preempts, 1);
+#endif
+out:
+    errno = saved_errno;
+}
+
+/* Called by the trampoline on the preempted thread's stack, all its
+ * registers saved. */
+void preempt_yield(void) __attribute__((visibility("hidden")));
+void preempt_yield(void)
+{
+    sched_yield_pinned(worker_self());
+}
+
+#ifdef FERN_TSAN
+void preempt_point_slow(struct worker *w)
+{
+    STORE_RELAXED(&w->preempt_soft, 0);
+    COUNT(&w->n_preempts, 1);
+    sched_yield_pinned(w);
+}
+#endif
+
+/* ---- the monitor's side ---- */
+
+/* The thread of kernel task tid is asleep in the kernel ('S' or 'D' in
+ * /proc): a signal would only interrupt its system call, and compensation
+ * covers it. */
+bool task_sleeping(int tid)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')'); /* the name may contain spaces */
+    return p && p[1] == ' ' && (p[2] == 'S' || p[2] == 'D');
+}
+
+void preempt_request(struct worker *w, uint64_t switches)
+{
+    if (!P.on || !LOAD_RELAXED(&w->tid) || task_sleeping(LOAD_RELAXED(&w->tid)))
+        return;
+    table_refresh();
+    STORE(&w->preempt_req, switches);
+    syscall(SYS_tgkill, getpid(), LOAD_RELAXED(&w->tid), P.sig);
+}
+
+bool preempt_enabled(void) { return P.on; }
+
+int preempt_init(void)
+{
+    int sig = config.preempt_signal; /* checked by config_load */
+    unsigned a, b, c, d;
+    fern_preempt_use_xsave = 0;
+    fern_preempt_xsave_size = 512;
+    if (__get_cpuid(1, &a, &b, &c, &d) && (c & bit_OSXSAVE) && __get_cpuid_max(0, NULL) >= 0xd) {
+        __cpuid_count(0xd, 0, a, b, c, d);
+        if (b >= 576) {
+            fern_preempt_use_xsave = 1;
+            fern_preempt_xsave_size = b;
+        }
+    }
+    P.sig = sig;
+    P.on = true;
+    int r = table_build();
+    if (r)
+        return r;
+    if (!P.on)
+        return 0; /* static libfern */
+    /* Left in place when the runtime stops (a request still in flight then
+     * finds none pending and is passed on). At each start: if the program
+     * replaced it meanwhile, that handler becomes the one fern passes
+     * other signals to, and fern's goes back in. */
+    if (P.installed && P.installed_sig != sig) {
+        sigaction(P.installed_sig, &P.old, NULL);
+        P.installed = false;
+    }
+    struct sigaction cur;
+    if (P.installed && sigaction(sig, NULL, &cur) == 0 &&
+        (!(cur.sa_flags & SA_SIGINFO) || cur.sa_sigaction != on_preempt))
+        P.installed = false;
+    if (!P.installed) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_preempt;
+        sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(sig, &sa, &P.old)) {
+            P.on = false;
+            return errno;
+        }
+        P.installed = true;
+        P.installed_sig = sig;
+    }
+    return 0;
+}
+
+void preempt_fini(void)
+{
+    P.on = false;
+    struct code_table *t = P.table;
+    P.table = NULL;
+    while (t) {
+        struct code_table *o = t->retired;
+        free(t);
+        t = o;
+    }
+}

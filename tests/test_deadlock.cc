@@ -1,0 +1,251 @@
+// Deadlock reports (src/deadlock.c): a fern_mutex ownership cycle is
+// reported once, naming the threads and mutexes, and the program keeps
+// running; waits a plain thread or a timer can still end are never
+// reported; the whole-program "all asleep" case is reported only when
+// provable.
+#include "fern_test.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+
+using namespace fern_test;
+
+namespace {
+
+void restart(unsigned workers) {
+    if (runtime_running()) {
+        ASSERT_EQ(0, fern_shutdown());
+    }
+    fern_config cfg{workers, 0, 0};
+    ASSERT_EQ(0, fern_init(&cfg));
+}
+
+// Captures what the process writes to stderr while alive.
+class StderrCapture {
+  public:
+    StderrCapture() {
+        char tmpl[] = "/tmp/fern_dl_XXXXXX";
+        fd_ = mkstemp(tmpl);
+        unlink(tmpl);
+        fflush(stderr);
+        saved_ = dup(2);
+        dup2(fd_, 2);
+    }
+    ~StderrCapture() {
+        fflush(stderr);
+        dup2(saved_, 2);
+        close(saved_);
+        close(fd_);
+    }
+    std::string text() const {
+        fflush(stderr);
+        std::string s;
+        char buf[4096];
+        ssize_t n;
+        off_t off = 0;
+        while ((n = pread(fd_, buf, sizeof buf, off)) > 0) {
+            s.append(buf, (size_t)n);
+            off += n;
+        }
+        return s;
+    }
+
+  private:
+    int fd_ = -1, saved_ = -1;
+};
+
+uint64_t reported() {
+    struct fern_stats s;
+    return fern_stats(&s) == 0 ? s.deadlocks_reported : 0;
+}
+
+std::string hex(const void *p) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%p", p);
+    return b;
+}
+
+} // namespace
+
+namespace {
+
+fern_mutex dl_m1 = FERN_MUTEX_INIT, dl_m2 = FERN_MUTEX_INIT;
+fern_sem dl_both;
+
+// Takes `first`, then (after the other thread took its own) `second`: with
+// the other thread doing the opposite, never returns. Plain functions, no
+// heap: shutdown abandons these threads.
+void *take_two(void *arg) {
+    fern_mutex *first = arg == nullptr ? &dl_m1 : &dl_m2;
+    fern_mutex *second = arg == nullptr ? &dl_m2 : &dl_m1;
+    fern_mutex_lock(first);
+    fern_sem_post(&dl_both);
+    fern_sleep_ns(ms(20));
+    fern_mutex_lock(second);
+    return nullptr;
+}
+
+} // namespace
+
+TEST(Deadlock, OppositeOrderMutexesReportedOnce) {
+    restart(2);
+    StderrCapture cap;
+    ASSERT_EQ(0, fern_sem_init(&dl_both, 0));
+    fern_attr a{};
+    a.name = "alpha";
+    fern_thread *ta, *tb;
+    ASSERT_EQ(0, fern_spawn(&ta, &a, take_two, nullptr));
+    a.name = "beta";
+    ASSERT_EQ(0, fern_spawn(&tb, &a, take_two, &dl_m2));
+    int64_t t0 = fern_now_ns();
+    EXPECT_TRUE(wait_until([] { return reported() >= 1; }, 4000));
+    int64_t took = fern_now_ns() - t0;
+    EXPECT_LT(took, ms(2000) + ms(20)) << "report within 2 s";
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+    EXPECT_EQ(1u, reported()) << "reported once";
+    std::string out = cap.text();
+    EXPECT_NE(std::string::npos, out.find("deadlock")) << out;
+    EXPECT_NE(std::string::npos, out.find("\"alpha\"")) << out;
+    EXPECT_NE(std::string::npos, out.find("\"beta\"")) << out;
+    EXPECT_NE(std::string::npos, out.find("thread " + std::to_string(fern_thread_id(ta)))) << out;
+    EXPECT_NE(std::string::npos, out.find("thread " + std::to_string(fern_thread_id(tb)))) << out;
+    EXPECT_NE(std::string::npos, out.find(hex(&dl_m1))) << out;
+    EXPECT_NE(std::string::npos, out.find(hex(&dl_m2))) << out;
+    // The program keeps running.
+    ASSERT_EQ(0, run_green([] { fern_sleep_ns(ms(1)); }));
+    // Shutdown abandons the two threads (and says so).
+    ASSERT_EQ(0, fern_shutdown());
+}
+
+// Green threads wait on a chain that ends at a plain thread (a mutex it
+// holds, a condition it signals) for 1.5 s: no report.
+TEST(Deadlock, PlainThreadWakesGreenWaitersNoReport) {
+    restart(2);
+    StderrCapture cap;
+    fern_mutex held = FERN_MUTEX_INIT, m2 = FERN_MUTEX_INIT, cm = FERN_MUTEX_INIT;
+    fern_cond cv = FERN_COND_INIT;
+    bool go = false;
+    ASSERT_EQ(0, fern_mutex_lock(&held)); // this plain thread holds it
+    std::atomic<int> done{0};
+    fern_thread *t1, *t2, *t3, *t4;
+    // t1 holds m2 and waits for `held`; t2 waits for m2: a chain, no cycle.
+    ASSERT_EQ(0, spawn(&t1, nullptr, [&] {
+                  fern_mutex_lock(&m2);
+                  fern_mutex_lock(&held);
+                  fern_mutex_unlock(&held);
+                  fern_mutex_unlock(&m2);
+                  done++;
+              }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_EQ(0, spawn(&t2, nullptr, [&] {
+                  fern_mutex_lock(&m2);
+                  fern_mutex_unlock(&m2);
+                  done++;
+              }));
+    for (fern_thread **t : {&t3, &t4})
+        ASSERT_EQ(0, spawn(t, nullptr, [&] {
+                      fern_mutex_lock(&cm);
+                      while (!go) fern_cond_wait(&cv, &cm);
+                      fern_mutex_unlock(&cm);
+                      done++;
+                  }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    fern_mutex_lock(&cm);
+    go = true;
+    fern_cond_broadcast(&cv);
+    fern_mutex_unlock(&cm);
+    ASSERT_EQ(0, fern_mutex_unlock(&held));
+    for (auto t : {t1, t2, t3, t4}) ASSERT_EQ(0, fern_join(t, nullptr));
+    EXPECT_EQ(4, done.load());
+    EXPECT_EQ(0u, reported());
+    EXPECT_EQ(std::string::npos, cap.text().find("deadlock")) << cap.text();
+    ASSERT_EQ(0, fern_shutdown());
+}
+
+namespace {
+
+// Runs body() in a child process whose main thread calls fern_run(body);
+// returns what the child wrote to stderr within `ms_` milliseconds.
+template <class F> std::string child_stderr(F body, int ms_) {
+    int p[2];
+    EXPECT_EQ(0, pipe(p));
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(p[1], 2);
+        close(p[0]);
+        fern_config cfg{2, 0, 0};
+        if (fern_init(&cfg)) _exit(2);
+        run_green(body);
+        _exit(0);
+    }
+    close(p[1]);
+    std::string out;
+    int64_t end = fern_now_ns() + ms(ms_);
+    for (;;) {
+        int64_t left = (end - fern_now_ns()) / 1000000;
+        if (left <= 0) break;
+        struct pollfd pf = {p[0], POLLIN, 0};
+        if (poll(&pf, 1, (int)left) <= 0) break;
+        char buf[4096];
+        ssize_t n = read(p[0], buf, sizeof buf);
+        if (n <= 0) break;
+        out.append(buf, (size_t)n);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    close(p[0]);
+    return out;
+}
+
+} // namespace
+
+// Go's "all goroutines are asleep": the main green thread joins a thread
+// that waits on a condition variable nobody can signal.
+TEST(Deadlock, AllThreadsAsleepReported) {
+    if (kTsan) GTEST_SKIP() << "ThreadSanitizer's own thread makes the kernel-thread count unprovable";
+    if (runtime_running()) {
+        ASSERT_EQ(0, fern_shutdown());
+    }
+    std::string out = child_stderr(
+        [] {
+            static fern_mutex m = FERN_MUTEX_INIT;
+            static fern_cond c = FERN_COND_INIT;
+            fern_attr a{};
+            a.name = "waiter";
+            fern_thread *t;
+            spawn(&t, &a, [] {
+                fern_mutex_lock(&m);
+                fern_cond_wait(&c, &m);
+            });
+            fern_join(t, nullptr);
+        },
+        3000);
+    EXPECT_NE(std::string::npos, out.find("all 2 green threads are asleep")) << out;
+    EXPECT_NE(std::string::npos, out.find("\"waiter\"")) << out;
+    EXPECT_NE(std::string::npos, out.find("\"main\"")) << out;
+}
+
+// The same with a deadline on the wait: a timer can still wake it.
+TEST(Deadlock, TimedWaitIsNotAsleep) {
+    if (runtime_running()) {
+        ASSERT_EQ(0, fern_shutdown());
+    }
+    std::string out = child_stderr(
+        [] {
+            static fern_mutex m = FERN_MUTEX_INIT;
+            static fern_cond c = FERN_COND_INIT;
+            fern_thread *t;
+            spawn(&t, nullptr, [] {
+                fern_mutex_lock(&m);
+                fern_cond_timedwait(&c, &m, fern_now_ns() + ms(60000));
+            });
+            fern_join(t, nullptr);
+        },
+        2500);
+    EXPECT_EQ(std::string::npos, out.find("deadlock")) << out;
+}
