@@ -29,7 +29,9 @@ struct OneWorker {
     fern_cluster *c = nullptr;
     OneWorker() { EXPECT_EQ(fern_cluster_create(&c, 1), 0); }
     ~OneWorker() {
-        if (c) EXPECT_EQ(fern_cluster_destroy(c), 0);
+        if (c) {
+            EXPECT_EQ(fern_cluster_destroy(c), 0);
+        }
     }
     template <class F> fern_thread *spawn(F &&f) {
         fern_thread *t = nullptr;

@@ -246,7 +246,9 @@ TEST(HookIo, UnmanagedDescriptorsNeverFlipped) {
     EXPECT_FALSE(kernel_nonblock(p[1]));
     for (int fd = 0; fd <= 2; fd++) {
         long fl = syscall(SYS_fcntl, fd, F_GETFL);
-        if (fl >= 0) EXPECT_FALSE(fl & O_NONBLOCK) << "fd " << fd;
+        if (fl >= 0) {
+            EXPECT_FALSE(fl & O_NONBLOCK) << "fd " << fd;
+        }
     }
     syscall(SYS_close, p[0]);
     syscall(SYS_close, p[1]);

@@ -124,7 +124,9 @@ TEST(HookNet, UserNonblockConnectSaysInProgress) {
         struct sockaddr_in a = loopback(port);
         int r = connect(s, (struct sockaddr *)&a, sizeof a);
         // Loopback may finish at once; otherwise the user gets EINPROGRESS.
-        if (r != 0) EXPECT_EQ(get_errno(), EINPROGRESS);
+        if (r != 0) {
+            EXPECT_EQ(get_errno(), EINPROGRESS);
+        }
         close(s);
     });
     close(l);
