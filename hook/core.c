@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 int hk_on;
@@ -36,11 +37,21 @@ __attribute__((noinline)) void hk_set_errno(int e) { errno = e; }
 
 long hk_flip(int fd, struct hk_fd *h)
 {
+    struct stat sb;
+    long r = hk_sys(SYS_fstat, fd, &sb);
+    if (r < 0)
+        return r;
+    if ((uint64_t)sb.st_dev != __atomic_load_n(&h->dev, __ATOMIC_RELAXED) ||
+        (uint64_t)sb.st_ino != __atomic_load_n(&h->ino, __ATOMIC_RELAXED)) {
+        /* Closed behind the hook's back and the number reused (fd.c). */
+        __atomic_store_n(&h->st, 0, __ATOMIC_RELEASE);
+        return -EBADF;
+    }
     long fl = hk_sys(SYS_fcntl, fd, F_GETFL);
     if (fl < 0)
         return fl;
     if (!(fl & O_NONBLOCK)) {
-        long r = hk_sys(SYS_fcntl, fd, F_SETFL, fl | O_NONBLOCK);
+        r = hk_sys(SYS_fcntl, fd, F_SETFL, fl | O_NONBLOCK);
         if (r < 0)
             return r;
     }

@@ -11,6 +11,14 @@
  * number (fern__io_forget: its epoll events carry a generation, so an old
  * edge cannot wake the new owner), and close wakes the number's waiters with
  * EBADF before the kernel releases the number.
+ *
+ * A number can still go stale: a managed descriptor closed where no hook
+ * sees it (libc's internal close in fclose of an fdopen'ed socket, a
+ * sanitizer runtime's own close) leaves its entry behind for the next file
+ * with that number. So an entry records the file it was adopted for (device
+ * and inode, one fstat at creation), and before the kernel flag is switched
+ * on (hk_flip, once per descriptor) the file is checked: a different file
+ * means a stale entry, which is dropped, and the call passes through.
  */
 #include "hook.h"
 
@@ -19,6 +27,7 @@
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define HK_CHUNK 1024u
@@ -66,6 +75,11 @@ void hk_adopt(int fd, int user_nb, const struct hk_fd *from)
     __atomic_store_n(&h->rcvto, rto, __ATOMIC_RELAXED);
     __atomic_store_n(&h->sndto, sto, __ATOMIC_RELAXED);
     uint32_t st = from ? hk_state(from) : HK_MANAGED | (user_nb ? HK_USER_NB : 0);
+    struct stat sb;
+    if (hk_sys(SYS_fstat, fd, &sb) < 0)
+        st = 0;
+    __atomic_store_n(&h->dev, (uint64_t)sb.st_dev, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->ino, (uint64_t)sb.st_ino, __ATOMIC_RELAXED);
     __atomic_store_n(&h->st, st, __ATOMIC_RELEASE);
 }
 
@@ -128,7 +142,8 @@ static long hk_fcntl(int fd, int cmd, long arg)
         long r = hk_sys(SYS_fcntl, fd, cmd);
         h = hk_fd_find(fd);
         uint32_t st = hk_state(h);
-        if (r >= 0 && (st & HK_MANAGED))
+        /* Only a flipped descriptor's kernel flag differs from the user's. */
+        if (r >= 0 && (st & (HK_MANAGED | HK_FLIPPED)) == (HK_MANAGED | HK_FLIPPED))
             r = (r & ~(long)O_NONBLOCK) | (st & HK_USER_NB ? O_NONBLOCK : 0);
         return r;
     }

@@ -117,6 +117,7 @@ static inline long hk_ret(long r)
 struct hk_fd {
     uint32_t st;            /* HK_* bits, atomic */
     int64_t rcvto, sndto;   /* SO_RCVTIMEO / SO_SNDTIMEO in ns, 0: none */
+    uint64_t dev, ino;      /* the file it was adopted for (fd.c: stale entries) */
 };
 
 /* The entry of fd, or NULL if it never had one (no allocation). */

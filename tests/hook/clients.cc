@@ -70,7 +70,7 @@ TEST(HookRedis, ManyGreenClientsOnOneWorker) {
         late = tick.late_ns.load();
     }
     EXPECT_EQ(bad.load(), 0);
-    EXPECT_LT(late, ms(kTsan ? 300 : 50));
+    EXPECT_LT(late, kLateLimit);
 }
 
 TEST(HookRedis, BlockingCommandsOverlap) {
@@ -146,7 +146,7 @@ TEST(HookPg, SleepsOverlapOnOneWorker) {
     }
     EXPECT_EQ(bad.load(), 0);
     EXPECT_LT(wall, kTsan ? 4.0 : 2.0) << "serial would be " << n * 0.3 << " s";
-    EXPECT_LT(late, ms(kTsan ? 300 : 50));
+    EXPECT_LT(late, kLateLimit);
 }
 
 TEST(HookPg, ErrorsReachTheCaller) {

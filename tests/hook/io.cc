@@ -37,7 +37,7 @@ template <class B, class U> void parks_until(B block, U unblock) {
         OneWorker::join(b);
         late = tick.late_ns.load();
     }
-    EXPECT_LT(late, ms(kTsan ? 200 : 30));
+    EXPECT_LT(late, kLateLimit);
 }
 
 struct Pipe {
@@ -269,11 +269,11 @@ TEST(HookIo, RcvtimeoIsADeadline) {
             EXPECT_EQ(get_errno(), EAGAIN);
             int64_t took = fern_now_ns() - t0;
             EXPECT_GE(took, ms(95));
-            EXPECT_LT(took, ms(kTsan ? 1000 : 400));
+            EXPECT_LT(took, kLateLimit);
         });
         late = tick.late_ns.load();
     }
-    EXPECT_LT(late, ms(kTsan ? 200 : 30));
+    EXPECT_LT(late, kLateLimit);
     // Now flipped: a plain thread gets the same deadline from the hook.
     ASSERT_TRUE(kernel_nonblock(sp.s[0]));
     char c;
@@ -470,6 +470,38 @@ TEST(HookIo, RegularFilesPassThrough) {
     });
     EXPECT_FALSE(kernel_nonblock(fd));
     close(fd);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(HookIo, StaleEntryAfterHiddenCloseIsDropped) {
+    // A managed socket closed where no hook sees it (a raw close, as libc's
+    // fclose of an fdopen'ed socket does); the number goes to a pipe made
+    // behind the hook's back. A green thread's read must not flip it.
+    int s = socket(AF_UNIX, SOCK_STREAM, 0);
+    ASSERT_GE(s, 0);
+    ASSERT_EQ(syscall(SYS_close, s), 0);
+    int p[2];
+    raw_pipe(p);
+    int rd = p[0] == s ? p[0] : p[1] == s ? p[1] : -1;
+    ASSERT_NE(rd, -1) << "the number was not reused";
+    int other = rd == p[0] ? p[1] : p[0];
+    OneWorker w;
+    w.run([&] {
+        char c = 'x';
+        if (rd == p[0]) {
+            EXPECT_EQ(write(other, &c, 1), 1);
+            EXPECT_EQ(read(rd, &c, 1), 1);
+        } else {
+            EXPECT_EQ(write(rd, &c, 1), 1);
+        }
+    });
+    EXPECT_FALSE(kernel_nonblock(rd));
+    EXPECT_FALSE(fcntl(rd, F_GETFL) & O_NONBLOCK);
+    syscall(SYS_close, p[0]);
+    syscall(SYS_close, p[1]);
 }
 
 }  // namespace

@@ -30,7 +30,7 @@ template <class F> void many_at_once(F call, int n = 20, double each = 0.1) {
         late = tick.late_ns.load();
     }
     EXPECT_LT(wall, each * n / 2) << "the calls ran one after another";
-    EXPECT_LT(late, ms(kTsan ? 200 : 50)) << "the worker was blocked";
+    EXPECT_LT(late, kLateLimit) << "the worker was blocked";
 }
 
 TEST(HookSleep, UsleepParks) { many_at_once([] { EXPECT_EQ(usleep(100000), 0); }); }
