@@ -97,7 +97,7 @@ long hk_plain_retry(int fd, int dir, const struct hk_call *c)
     }
 }
 
-long hk_green_transfer(int fd, int dir, int nowait, const struct hk_call *c)
+static long green_transfer(int fd, int dir, int nowait, const struct hk_call *c)
 {
     struct hk_fd *h = hk_fd_find(fd);
     uint32_t st = hk_state(h);
@@ -125,4 +125,12 @@ long hk_green_transfer(int fd, int dir, int nowait, const struct hk_call *c)
         if (k < 0)
             return -EBADF; /* closed while we waited */
     }
+}
+
+long hk_green_transfer(int fd, int dir, int nowait, const struct hk_call *c)
+{
+    HK_TSAN_ENTER();
+    long r = green_transfer(fd, dir, nowait, c);
+    HK_TSAN_LEAVE();
+    return r;
 }

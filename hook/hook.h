@@ -91,6 +91,16 @@ static inline long hk_do(const struct hk_call *c)
     return hk_sys6(c->nr, c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5]);
 }
 
+/* Under ThreadSanitizer, the part of a green thread's call that may park
+ * runs on a second TSan fiber (libfern's thread.c says why). */
+#if defined(__SANITIZE_THREAD__)
+#define HK_TSAN_ENTER() fern__tsan_enter()
+#define HK_TSAN_LEAVE() fern__tsan_leave()
+#else
+#define HK_TSAN_ENTER() ((void)0)
+#define HK_TSAN_LEAVE() ((void)0)
+#endif
+
 /* ---- state ---- */
 extern int hk_on HK_HIDDEN; /* hooking on: set at load unless FERN_HOOK=0; off in a fork child */
 

@@ -87,7 +87,9 @@ static void *name_run(void *arg)
 /* Run the job on the pool from a green thread, restoring errno/h_errno. */
 static void name_offload(struct name_job *j)
 {
+    HK_TSAN_ENTER();
     hk_offload(name_run, j);
+    HK_TSAN_LEAVE();
     hk_set_errno(j->err);
 }
 

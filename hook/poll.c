@@ -176,7 +176,12 @@ int poll(struct pollfd *fds, nfds_t n, int timeout)
         struct timespec ts = {timeout / 1000, (long)(timeout % 1000) * 1000000};
         return (int)hk_ret(raw_ppoll(fds, n, timeout < 0 ? NULL : &ts, NULL));
     }
-    return (int)hk_ret(poll_green(fds, n, ms_deadline(timeout)));
+    {
+        HK_TSAN_ENTER();
+        long r_ = poll_green(fds, n, ms_deadline(timeout));
+        HK_TSAN_LEAVE();
+        return (int)hk_ret(r_);
+    }
 }
 
 int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask)
@@ -191,7 +196,12 @@ int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_
     }
     if (ts && (ts->tv_sec < 0 || ts->tv_nsec < 0 || ts->tv_nsec >= 1000000000))
         return (int)hk_ret(-EINVAL);
-    return (int)hk_ret(poll_green(fds, n, ts_deadline(ts)));
+    {
+        HK_TSAN_ENTER();
+        long r_ = poll_green(fds, n, ts_deadline(ts));
+        HK_TSAN_LEAVE();
+        return (int)hk_ret(r_);
+    }
 }
 
 int __poll_chk(struct pollfd *fds, nfds_t n, int timeout, size_t fdslen)
@@ -323,7 +333,9 @@ int select(int nfds, fd_set *rs, fd_set *ws, fd_set *es, struct timeval *tv)
         return (int)hk_ret(-EINVAL);
     int64_t dl = tv ? fern_now_ns() + tv->tv_sec * 1000000000ll + tv->tv_usec * 1000ll
                     : FERN_FOREVER;
+    HK_TSAN_ENTER();
     long r = select_green(nfds, rs, ws, es, dl);
+    HK_TSAN_LEAVE();
     if (tv) { /* Linux writes back the time not slept */
         int64_t left = dl - fern_now_ns();
         if (left < 0 || r != 0)
@@ -351,7 +363,12 @@ int pselect(int nfds, fd_set *rs, fd_set *ws, fd_set *es, const struct timespec 
     }
     if (ts && (ts->tv_sec < 0 || ts->tv_nsec < 0 || ts->tv_nsec >= 1000000000))
         return (int)hk_ret(-EINVAL);
-    return (int)hk_ret(select_green(nfds, rs, ws, es, ts_deadline(ts)));
+    {
+        HK_TSAN_ENTER();
+        long r_ = select_green(nfds, rs, ws, es, ts_deadline(ts));
+        HK_TSAN_LEAVE();
+        return (int)hk_ret(r_);
+    }
 }
 
 /* ---- epoll ---- */
@@ -388,7 +405,12 @@ int epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout, const si
         return (int)hk_ret(hk_sys(SYS_epoll_pwait, epfd, ev, max, timeout, mask, KSIGSET));
     if (max <= 0)
         return (int)hk_ret(-EINVAL);
-    return (int)hk_ret(epoll_green(epfd, ev, max, ms_deadline(timeout)));
+    {
+        HK_TSAN_ENTER();
+        long r_ = epoll_green(epfd, ev, max, ms_deadline(timeout));
+        HK_TSAN_LEAVE();
+        return (int)hk_ret(r_);
+    }
 }
 
 int epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout)

@@ -33,7 +33,9 @@ int nanosleep(const struct timespec *req, struct timespec *rem)
         return (int)hk_ret(hk_sys(SYS_nanosleep, req, rem));
     if (bad_ts(req))
         return (int)hk_ret(req ? -EINVAL : -EFAULT);
+    HK_TSAN_ENTER();
     fern_sleep_ns(ts_ns(req));
+    HK_TSAN_LEAVE();
     return 0;
 }
 
@@ -50,7 +52,9 @@ unsigned int sleep(unsigned int s)
         long r = hk_sys(SYS_nanosleep, &ts, &ts);
         return r < 0 ? (unsigned)ts.tv_sec : 0; /* whole seconds left, as glibc */
     }
+    HK_TSAN_ENTER();
     fern_sleep_ns(ts_ns(&ts));
+    HK_TSAN_LEAVE();
     return 0;
 }
 
@@ -69,8 +73,11 @@ int clock_nanosleep(clockid_t clk, int flags, const struct timespec *req, struct
         clock_gettime(clk, &now);
         ns -= ts_ns(&now);
     }
-    if (ns > 0)
+    if (ns > 0) {
+        HK_TSAN_ENTER();
         fern_sleep_ns(ns);
+        HK_TSAN_LEAVE();
+    }
     return 0;
 }
 

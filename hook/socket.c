@@ -81,7 +81,19 @@ static long hk_connect_wait(int fd, struct hk_fd *h, int green)
     }
 }
 
+static long connect_(int fd, const struct sockaddr *addr, socklen_t len);
+
 int connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+    if (HK_LIKELY(!hk_green()))
+        return (int)hk_ret(connect_(fd, addr, len));
+    HK_TSAN_ENTER();
+    long r = connect_(fd, addr, len);
+    HK_TSAN_LEAVE();
+    return (int)hk_ret(r);
+}
+
+static long connect_(int fd, const struct sockaddr *addr, socklen_t len)
 {
     int green = hk_green();
     struct hk_fd *h = hk_fd_find(fd);
@@ -93,14 +105,14 @@ int connect(int fd, const struct sockaddr *addr, socklen_t len)
     for (;;) {
         long r = hk_sys(SYS_connect, fd, addr, len);
         if (r == -EINPROGRESS && ours && (green || (hk_state(h) & HK_FLIPPED)))
-            return (int)hk_ret(hk_connect_wait(fd, h, green));
+            return hk_connect_wait(fd, h, green);
         if (r != -EAGAIN || !ours || !(green || (hk_state(h) & HK_FLIPPED)))
-            return (int)hk_ret(r);
+            return r;
         /* Full AF_UNIX backlog on a descriptor the user sees blocking. */
         if (dl < 0)
             dl = hk_deadline(__atomic_load_n(&h->sndto, __ATOMIC_RELAXED));
         if (dl != FERN_FOREVER && fern_now_ns() + backoff > dl)
-            return (int)hk_ret(-EAGAIN);
+            return -EAGAIN;
         if (green)
             fern_sleep_ns(backoff);
         else {

@@ -50,4 +50,11 @@ FERN__API int fern__io_snap(struct fern__pollent *pe);
 #define FERN__PARK_NOMEM INT32_MIN
 FERN__API int fern__io_park(const struct fern__pollent *pe, int n, int64_t deadline);
 
+/* Under ThreadSanitizer (a libfern built with it), bracket the part of a
+ * hooked call that may park: the green thread runs it on a second TSan fiber
+ * (thread.c says why). Nesting is counted. No-ops otherwise and on plain
+ * threads. */
+FERN__API void fern__tsan_enter(void);
+FERN__API void fern__tsan_leave(void);
+
 #endif
