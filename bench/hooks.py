@@ -114,7 +114,12 @@ def main():
     ap.add_argument("--build-dir", default="build/release")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--redis-seconds", type=float, default=3)
+    ap.add_argument("--render", action="store_true", help="only rewrite results/hooks.md from results/hooks.json")
     a = ap.parse_args()
+    if a.render:
+        with open(os.path.join(HERE, "results", "hooks.json")) as f:
+            write(json.load(f))
+        return
     b = os.path.join(a.build_dir, "bench")
     tmp = tempfile.mkdtemp(prefix="fern-hookbench-")
     os.chmod(tmp, 0o755)
@@ -190,7 +195,7 @@ def write(res):
         "| hook-plain: same, without fern-hook | %.1f ns (hooked/plain = %.3f) | within 2%% |" % (pn, ph / pn),
     ]
     if cg.get("hook_plain") and cg.get("hook_plain_nohook"):
-        lines.append("| hook-plain under callgrind, 100k round trips (user-space instructions) | %d with, %d without (+%.1f%%) | |"
+        lines.append("| hook-plain under callgrind, 100k round trips (user-space instructions) | %d with, %d without (%+.1f%%) | |"
                      % (cg["hook_plain"], cg["hook_plain_nohook"], 100.0 * (cg["hook_plain"] / cg["hook_plain_nohook"] - 1)))
     with open(os.path.join(HERE, "results", "hooks.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
