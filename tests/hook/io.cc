@@ -505,3 +505,37 @@ TEST(HookIo, StaleEntryAfterHiddenCloseIsDropped) {
 }
 
 }  // namespace
+
+namespace {
+
+// A blocking writev/sendmsg moves every byte: the hook finishes a short
+// transfer on a descriptor it switched to non-blocking.
+TEST(HookIo, WritevAndSendmsgMoveEveryByte) {
+    int s[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, s), 0);
+    static char a[1 << 18], b[1 << 18];
+    OneWorker w;
+    fern_thread *rd = w.spawn([&] {
+        static char buf[1 << 16];
+        long want = 4L * (1 << 18), got = 0;
+        while (got < want) {
+            ssize_t r = read(s[1], buf, sizeof buf);
+            ASSERT_GT(r, 0);
+            got += r;
+        }
+    });
+    w.run([&] {
+        struct iovec iov[2] = {{a, sizeof a}, {b, sizeof b}};
+        EXPECT_EQ(writev(s[0], iov, 2), (ssize_t)(2 << 18));
+        struct msghdr m = {};
+        m.msg_iov = iov;
+        m.msg_iovlen = 2;
+        EXPECT_EQ(sendmsg(s[0], &m, 0), (ssize_t)(2 << 18));
+        EXPECT_EQ(iov[0].iov_len, sizeof a);  // the caller's iovec is untouched
+    });
+    OneWorker::join(rd);
+    close(s[0]);
+    close(s[1]);
+}
+
+}  // namespace
