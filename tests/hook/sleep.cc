@@ -30,7 +30,9 @@ template <class F> void many_at_once(F call, int n = 20, double each = 0.1) {
         late = tick.late_ns.load();
     }
     EXPECT_LT(wall, each * n / 2) << "the calls ran one after another";
-    EXPECT_LT(late, kLateLimit) << "the worker was blocked";
+    // Blocked calls would make the ticker late by about each * (n - 1).
+    EXPECT_LT(late, std::max<int64_t>(kLateLimit, (int64_t)(each * n / 2 * 1e9)))
+        << "the worker was blocked";
 }
 
 TEST(HookSleep, UsleepParks) { many_at_once([] { EXPECT_EQ(usleep(100000), 0); }); }
