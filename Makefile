@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 GEN := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 CMAKE_COMMON := $(GEN) -DFERN_BUILD_BENCH=ON -DFERN_BUILD_EXAMPLES=ON
 
-.PHONY: all build build-asan build-tsan test test-release test-asan test-tsan test-install test-servers test-fuzz demo bench format lint clean
+.PHONY: all build build-asan build-tsan test test-release test-asan test-tsan test-install test-servers test-fuzz demo bench bench-hooks format lint clean
 
 all: build
 
@@ -59,6 +59,11 @@ demo: build
 
 bench: build
 	python3 bench/run.py
+
+# fern-hook's benchmarks (docs/hooks.md): starts its own redis-server and
+# PostgreSQL, writes bench/results/hooks.{json,md}.
+bench-hooks: build
+	python3 bench/hooks.py --build-dir build/release
 
 format:
 	clang-format -i include/fern/*.h include/fern/*.hpp src/*.c src/*.h tests/*.cc tests/*.h tests/stress/*.cc examples/*.c examples/*.h bench/*.c

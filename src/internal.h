@@ -403,6 +403,8 @@ struct fern_thread {
 #endif
 #ifdef FERN_TSAN
     void *tsan_fiber;
+    void *tsan_other;           /* fern-hook's second fiber (thread.c), or NULL */
+    uint32_t tsan_hook_depth;
 #endif
 };
 

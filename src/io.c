@@ -91,6 +91,7 @@
  * that cluster's inbox.
  */
 #include "internal.h"
+#include "hookapi.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -100,6 +101,7 @@
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -117,6 +119,7 @@ struct fdent {
     uint32_t gen;
     uint32_t rst, wst;       /* per-direction state words (header comment) */
     struct waiter *rw, *ww;
+    fern_waitq pq;           /* fern-hook's pollers (any number; fern__io_park) */
     int64_t rdl, wdl;        /* per-fd deadlines */
 };
 
@@ -258,8 +261,9 @@ static struct fdent *fdent_get(int fd)
     return &c[(uint32_t)fd % FD_CHUNK];
 }
 
-/* Make fd non-blocking and registered. Returns the entry, or NULL with errno. */
-static struct fdent *io_prepare(int fd)
+/* Register fd (and, for the fern_* calls, make it non-blocking; fern-hook
+ * keeps the flags itself). Returns the entry, or NULL with errno. */
+static struct fdent *io_register(int fd, bool nonblock)
 {
     if (unlikely(!LOAD(&IO.chunks))) {
         /* Not booted: start the runtime, which creates the poller. */
@@ -278,8 +282,11 @@ static struct fdent *io_prepare(int fd)
         return e;
     spin_lock(&e->lock);
     if (!e->registered) {
-        int fl = fcntl(fd, F_GETFL);
-        if (fl < 0 || (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)) {
+        /* Raw fcntl: fern-hook's fcntl would record O_NONBLOCK as the
+         * user's own choice (hook/fd.c). */
+        long fl = syscall(SYS_fcntl, fd, F_GETFL);
+        if (fl < 0 || (nonblock && !(fl & O_NONBLOCK) &&
+                       syscall(SYS_fcntl, fd, F_SETFL, fl | O_NONBLOCK) < 0)) {
             spin_unlock(&e->lock);
             errno = EBADF;
             return NULL;
@@ -308,6 +315,27 @@ static struct fdent *io_prepare(int fd)
     }
     spin_unlock(&e->lock);
     return e;
+}
+
+static struct fdent *io_prepare(int fd) { return io_register(fd, true); }
+
+/* Claim the hook pollers of e waiting for any of `dirs` (all if dirs is 0),
+ * chained through ->next for waiters_release. Under e->lock. */
+static struct waiter *pq_claim(struct fdent *e, int dirs)
+{
+    struct waiter *chain = NULL, **tail = &chain;
+    for (struct waiter *wt = e->pq.head, *next; wt; wt = next) {
+        next = wt->next;
+        if (dirs && !((intptr_t)wt->data & dirs))
+            continue;
+        waitq_unlink(wt);
+        if (waiter_claim(wt)) {
+            wt->next = NULL;
+            *tail = wt;
+            tail = &wt->next;
+        }
+    }
+    return chain;
 }
 
 static void io_dispatch(struct epoll_event *ev, bool owner)
@@ -355,11 +383,19 @@ static void io_dispatch(struct epoll_event *ev, bool owner)
         e->ww = NULL;
         st_update(&e->wst, ST_DRAINED, set);
     }
+    struct waiter *pq = NULL;
+    if (unlikely(e->pq.head)) {
+        int dirs = (evs & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR | EPOLLPRI) ? FERN_READ : 0) |
+                   (evs & (EPOLLOUT | EPOLLHUP | EPOLLERR) ? FERN_WRITE : 0);
+        pq = pq_claim(e, dirs);
+    }
     spin_unlock(&e->lock);
     if (r)
         waiter_release(r, 0);
     if (w)
         waiter_release(w, 0);
+    if (pq)
+        waiters_release(pq, 0);
 }
 
 /* Poll and dispatch; timeout_ns 0 = do not block. Returns events handled. */
@@ -779,32 +815,140 @@ int fern_connect(int fd, const struct sockaddr *addr, socklen_t len)
     return 0;
 }
 
-int fern_close(int fd)
+/* fern_close without the close: wake every waiter of fd with EBADF, drop
+ * the registration, start the number's next user clean. */
+static void io_forget(int fd)
 {
     struct fdent *e = fdent_get(fd);
-    if (e) {
-        struct waiter *r = NULL, *w = NULL;
-        spin_lock(&e->lock);
-        if (e->registered) {
-            if (e->pollable)
-                epoll_ctl(IO.epfd, EPOLL_CTL_DEL, fd, NULL);
-            STORE(&e->registered, 0);
-        }
-        e->gen++;
-        st_update(&e->rst, ST_FLAGS, 0);
-        st_update(&e->wst, ST_FLAGS, 0);
-        if (e->rw && waiter_claim(e->rw))
-            r = e->rw;
-        if (e->ww && waiter_claim(e->ww))
-            w = e->ww;
-        e->rw = e->ww = NULL;
-        STORE_RELAXED(&e->rdl, FERN_FOREVER);
-        STORE_RELAXED(&e->wdl, FERN_FOREVER);
-        spin_unlock(&e->lock);
-        if (r)
-            waiter_release(r, EBADF);
-        if (w)
-            waiter_release(w, EBADF);
+    if (!e)
+        return;
+    struct waiter *r = NULL, *w = NULL, *pq;
+    spin_lock(&e->lock);
+    if (e->registered) {
+        if (e->pollable)
+            epoll_ctl(IO.epfd, EPOLL_CTL_DEL, fd, NULL);
+        STORE(&e->registered, 0);
     }
+    e->gen++;
+    st_update(&e->rst, ST_FLAGS, 0);
+    st_update(&e->wst, ST_FLAGS, 0);
+    if (e->rw && waiter_claim(e->rw))
+        r = e->rw;
+    if (e->ww && waiter_claim(e->ww))
+        w = e->ww;
+    e->rw = e->ww = NULL;
+    pq = pq_claim(e, 0);
+    STORE_RELAXED(&e->rdl, FERN_FOREVER);
+    STORE_RELAXED(&e->wdl, FERN_FOREVER);
+    spin_unlock(&e->lock);
+    if (r)
+        waiter_release(r, EBADF);
+    if (w)
+        waiter_release(w, EBADF);
+    if (pq)
+        waiters_release(pq, EBADF);
+}
+
+int fern_close(int fd)
+{
+    io_forget(fd);
     return close(fd);
+}
+
+/* ---- entry points for fern-hook (hookapi.h) ---- */
+
+int fern__hook_green(void) { return thread_current() != NULL; }
+
+void fern__io_forget(int fd)
+{
+    if (LOAD_RELAXED(&IO.chunks))
+        io_forget(fd);
+}
+
+int fern__io_snap(struct fern__pollent *pe)
+{
+    struct fdent *e = io_register(pe->fd, false);
+    if (!e)
+        return errno;
+    if (!e->pollable)
+        return EPERM;
+    pe->rtick = LOAD(&e->rst) & ~ST_FLAGS;
+    pe->wtick = LOAD(&e->wst) & ~ST_FLAGS;
+    return 0;
+}
+
+struct park_many {
+    const struct fern__pollent *pe;
+    int n;
+};
+
+static void unlock_many(void *arg)
+{
+    const struct park_many *pm = arg;
+    for (int i = 0; i < pm->n; i++)
+        spin_unlock(&fdent_get(pm->pe[i].fd)->lock);
+}
+
+int fern__io_park(const struct fern__pollent *pe, int n, int64_t deadline)
+{
+    struct waiter few[4], *wts = n <= 4 ? few : calloc((size_t)n, sizeof *wts);
+    if (!wts)
+        return FERN__PARK_NOMEM;
+    struct parker p;
+    parker_init(&p);
+    /* Locks in ascending fd order (the caller sorted pe): every other path
+     * holds one entry lock at a time, so this cannot deadlock. */
+    int locked = 0, changed = 0;
+    for (; locked < n; locked++) {
+        struct fdent *e = fdent_get(pe[locked].fd);
+        spin_lock(&e->lock);
+        /* Any edge since the snapshot ticked a word: the caller retries
+         * (this is how an edge between its check and this park is kept). */
+        if (!e->registered || ((pe[locked].dirs & FERN_READ) &&
+                               (LOAD(&e->rst) & ~ST_FLAGS) != pe[locked].rtick) ||
+            ((pe[locked].dirs & FERN_WRITE) &&
+             (LOAD(&e->wst) & ~ST_FLAGS) != pe[locked].wtick)) {
+            changed = 1;
+            spin_unlock(&e->lock);
+            break;
+        }
+        waiter_init(&wts[locked]);
+        wts[locked].p = &p;
+        wts[locked].index = locked;
+        wts[locked].data = (void *)(intptr_t)pe[locked].dirs;
+        waitq_push(&e->pq, &wts[locked]);
+    }
+    int ret;
+    if (changed || (deadline != FERN_FOREVER && fern_now_ns() >= deadline)) {
+        for (int i = 0; i < locked; i++) {
+            waitq_unlink(&wts[i]);
+            spin_unlock(&fdent_get(pe[i].fd)->lock);
+        }
+        ret = changed;
+    } else {
+        fern_thread *self = thread_current();
+        if (self) {
+            STORE_RELAXED(&self->wait_what, "fd (fern-hook)");
+            STORE_RELAXED(&self->wait_obj, (void *)(intptr_t)pe[0].fd);
+        }
+        ADD_RELAXED(&IO.waiters, 1);
+        struct park_many pm = {pe, n};
+        int st = parker_wait(&p, unlock_many, &pm, deadline);
+        __atomic_fetch_sub(&IO.waiters, 1, __ATOMIC_RELAXED);
+        if (self)
+            STORE_RELAXED(&self->wait_what, NULL);
+        for (int i = 0; i < n; i++) {
+            struct fdent *e = fdent_get(pe[i].fd);
+            spin_lock(&e->lock);
+            waitq_unlink(&wts[i]);
+            spin_unlock(&e->lock);
+        }
+        if (st == W_WOKEN)
+            ret = p.result ? -(p.index + 1) : 1;
+        else
+            ret = 0;
+    }
+    if (wts != few)
+        free(wts);
+    return ret;
 }

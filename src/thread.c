@@ -16,6 +16,7 @@
  * releases tlock only once parked, so the exit path cannot miss it.
  */
 #include "internal.h"
+#include "hookapi.h"
 #include "probes.h"
 
 #include <stdio.h>
@@ -108,6 +109,14 @@ static void tsan_fiber_drop(fern_thread *t)
         t->tsan_fiber = NULL;
         __atomic_sub_fetch(&tsan_fibers, 1, __ATOMIC_RELAXED);
     }
+    /* fern-hook's second fiber (fern__tsan_enter) is not counted: it exists
+     * only for threads that made a hooked call, within the headroom that
+     * FERN_TSAN_THREADS_MAX leaves below TSan's limit. */
+    if (t->tsan_other) {
+        __tsan_destroy_fiber(t->tsan_other);
+        t->tsan_other = NULL;
+    }
+    t->tsan_hook_depth = 0;
 }
 #endif
 
@@ -601,4 +610,41 @@ void keys_run_dtors(struct keyval **pv)
     }
     free(v);
     *pv = NULL;
+}
+
+/* fern-hook under ThreadSanitizer (hookapi.h). A hooked call reaches
+ * fern-hook through TSan's interceptor, and TSan's blocking interceptors
+ * (usleep, poll, epoll_wait, ...) mark the calling fiber "in a blocking
+ * call", which makes TSan ignore that fiber's atomics and nested
+ * interceptors: the parking code would run blind (its lock acquisitions and
+ * queue hand-offs unrecorded, and false races reported later). So for the
+ * length of a hooked call the green thread runs on a second TSan fiber of
+ * its own, which the scheduler switches to and from like the first
+ * (switching establishes happens-before both ways). */
+void fern__tsan_enter(void)
+{
+#ifdef FERN_TSAN
+    fern_thread *t = thread_current();
+    if (!t || t->tsan_hook_depth++)
+        return;
+    if (!t->tsan_other)
+        t->tsan_other = __tsan_create_fiber(0);
+    void *f = t->tsan_other;
+    t->tsan_other = t->tsan_fiber;
+    t->tsan_fiber = f;
+    __tsan_switch_to_fiber(f, 0);
+#endif
+}
+
+void fern__tsan_leave(void)
+{
+#ifdef FERN_TSAN
+    fern_thread *t = thread_current();
+    if (!t || --t->tsan_hook_depth)
+        return;
+    void *f = t->tsan_other;
+    t->tsan_other = t->tsan_fiber;
+    t->tsan_fiber = f;
+    __tsan_switch_to_fiber(f, 0);
+#endif
 }

@@ -569,6 +569,12 @@ int fern_select(fern_select_case *cases, size_t n, int64_t deadline_ns);
  * The first of these calls starts the runtime with the defaults if it is not
  * running, also from a plain thread (docs/configuration.md, "Implicit start"). */
 
+/* fern-hook (libfern-hook, docs/hooks.md) makes libc's blocking calls
+ * (read, connect, poll, usleep, getaddrinfo, ...) park green threads without
+ * any call to this API. libfern.so exports a few `fern__*` symbols for it
+ * alone; they are not part of this API, are declared in no installed header
+ * and may change in any release. */
+
 #define FERN_READ 1
 #define FERN_WRITE 2
 

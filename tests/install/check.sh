@@ -1,7 +1,8 @@
 #!/bin/sh
 # Install fern from a build tree into a scratch prefix and build consumers
-# against it the ways the README tells users to: a C program (prog.c) and a
-# C++ program (prog.cc) with pkg-config and with find_package(fern); then the
+# against it the ways the README tells users to: a C program (prog.c), a
+# C++ program (prog.cc) and a fern-hook program (prog_hook.c) with pkg-config
+# and with find_package(fern); then the
 # uninstall command, and the library configured and built with
 # -DBUILD_TESTING=OFF while GoogleTest is hidden (as on a machine without it).
 # Each check prints ok/FAIL; the last line is `install check: N passed, N failed`.
@@ -82,13 +83,31 @@ check cxx17-one-clear-error cxx_too_old
 
 cmake_package() {
     mkdir -p "$work/cm" &&
-    cp "$here/prog.c" "$here/prog.cc" "$here/overflow.c" "$here/CMakeLists.txt" "$work/cm/" &&
+    cp "$here/prog.c" "$here/prog.cc" "$here/overflow.c" "$here/prog_hook.c" "$here/CMakeLists.txt" "$work/cm/" &&
     cmake -S "$work/cm" -B "$work/cm/build" -DCMAKE_PREFIX_PATH="$prefix" &&
     cmake --build "$work/cm/build" &&
     prints "fern ok 42" "$work/cm/build/prog" &&
-    prints "fern++ ok 42" "$work/cm/build/prog_cxx"
+    prints "fern++ ok 42" "$work/cm/build/prog_cxx" &&
+    prints "fern-hook ok" "$work/cm/build/prog_hook"
 }
-check cmake-package-c-and-cxx cmake_package
+check cmake-package-c-cxx-and-hook cmake_package
+
+# fern-hook (docs/hooks.md): pkg-config fern-hook (shared), and the static
+# archive linked whole, as the docs say.
+hook_pkgconfig() {
+    $CC -o "$work/prog_hook" "$here/prog_hook.c" $(pkg-config --cflags --libs fern-hook) \
+        -Wl,-rpath,"$libdir" &&
+    prints "fern-hook ok" "$work/prog_hook"
+}
+check hook-pkg-config hook_pkgconfig
+
+hook_static() {
+    $CC -o "$work/prog_hook_static" "$here/prog_hook.c" $(pkg-config --cflags fern-hook) \
+        -Wl,--whole-archive "$libdir/libfern-hook.a" -Wl,--no-whole-archive "$libdir/libfern.a" \
+        -pthread -ldl &&
+    prints "fern-hook ok" "$work/prog_hook_static"
+}
+check hook-static hook_static
 
 # One version everywhere (CHANGELOG.md, "Versioning"): fern.pc, fern.h's
 # FERN_VERSION_MAJOR/MINOR, and the soname (major.minor before 1.0, then major).
@@ -109,7 +128,8 @@ check versions-agree versions_agree
 # The man pages are installed where man finds them: `man fern_spawn`.
 man_pages() {
     n=$(ls "$prefix"/share/man/man3/fern_*.3 | wc -l)
-    exported=$(nm -D --defined-only "$libdir/libfern.so" | awk '$2 == "T" && $3 ~ /^fern_/' | wc -l)
+    # fern__* are private to libfern-hook (src/hookapi.h): no pages.
+    exported=$(nm -D --defined-only "$libdir/libfern.so" | awk '$2 == "T" && $3 ~ /^fern_[a-z0-9]/' | wc -l)
     echo "$n pages, $exported exported functions"
     [ "$n" -eq "$exported" ] && [ -f "$prefix/share/man/man3/fern.3" ] &&
     MANPATH="$prefix/share/man" man -w fern_spawn | grep -q "$prefix/share/man/man3/fern_spawn.3"

@@ -18,7 +18,9 @@ trap 'rm -rf "$work"' EXIT
 command -v man >/dev/null || { echo "man is not installed (Debian: man-db)"; exit 1; }
 command -v nm >/dev/null || { echo "nm is not installed (binutils)"; exit 1; }
 
-nm -D --defined-only "$lib" | awk '$2 == "T" && $3 ~ /^fern_/ { print $3 }' >"$work/exported"
+# fern__* (two underscores) are libfern's private entry points for
+# libfern-hook (src/hookapi.h, fern.h says so): no pages.
+nm -D --defined-only "$lib" | awk '$2 == "T" && $3 ~ /^fern_[a-z0-9]/ { print $3 }' >"$work/exported"
 # Declarations at the start of a line, outside comments: `type fern_name(`.
 grep -E '^[A-Za-z_][A-Za-z0-9_ ]*[ *]fern_[a-z0-9_]+\(' "$header" |
     sed -E 's/^.*[ *](fern_[a-z0-9_]+)\(.*$/\1/' >"$work/declared"

@@ -1,0 +1,136 @@
+/*
+ * fern-hook's start-up and the waits every family shares (model: hook.h).
+ *
+ * Start-up runs as a constructor: it reads FERN_HOOK (0 turns hooking off)
+ * and registers the fork handler that turns hooking off in a child, where
+ * only the forking thread exists and no runtime can run (the child usually
+ * execs; plain-thread behaviour is what it needs). Nothing here looks up a
+ * symbol: the transfer calls are raw system calls, and the name functions
+ * (names.c) resolve libc's versions once, here, outside any malloc path.
+ */
+#include "hook.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+int hk_on;
+
+void hk_names_resolve(void) HK_HIDDEN;
+
+static void hk_child(void) { __atomic_store_n(&hk_on, 0, __ATOMIC_RELAXED); }
+
+__attribute__((constructor)) static void hk_start(void)
+{
+    const char *v = getenv("FERN_HOOK");
+    hk_names_resolve();
+    pthread_atfork(NULL, NULL, hk_child);
+    __atomic_store_n(&hk_on, !(v && strcmp(v, "0") == 0), __ATOMIC_RELAXED);
+}
+
+/* Not inlined: errno's address must be computed after any park (hook.h). */
+__attribute__((noinline)) void hk_set_errno(int e) { errno = e; }
+
+long hk_flip(int fd, struct hk_fd *h)
+{
+    struct stat sb;
+    long r = hk_sys(SYS_fstat, fd, &sb);
+    if (r < 0)
+        return r;
+    if ((uint64_t)sb.st_dev != __atomic_load_n(&h->dev, __ATOMIC_RELAXED) ||
+        (uint64_t)sb.st_ino != __atomic_load_n(&h->ino, __ATOMIC_RELAXED)) {
+        /* Closed behind the hook's back and the number reused (fd.c). */
+        __atomic_store_n(&h->st, 0, __ATOMIC_RELEASE);
+        return -EBADF;
+    }
+    long fl = hk_sys(SYS_fcntl, fd, F_GETFL);
+    if (fl < 0)
+        return fl;
+    if (!(fl & O_NONBLOCK)) {
+        r = hk_sys(SYS_fcntl, fd, F_SETFL, fl | O_NONBLOCK);
+        if (r < 0)
+            return r;
+    }
+    __atomic_fetch_or(&h->st, HK_FLIPPED, __ATOMIC_ACQ_REL);
+    return 0;
+}
+
+long hk_poll_one(int fd, int dir, int64_t deadline)
+{
+    struct pollfd p = {.fd = fd, .events = (short)(dir == FERN_READ ? POLLIN : POLLOUT)};
+    struct timespec ts, *tsp = NULL;
+    if (deadline != FERN_FOREVER) {
+        int64_t left = deadline - fern_now_ns();
+        if (left <= 0)
+            return 0;
+        ts.tv_sec = left / 1000000000;
+        ts.tv_nsec = left % 1000000000;
+        tsp = &ts;
+    }
+    long r = hk_sys(SYS_ppoll, &p, 1, tsp, NULL, 0);
+    return r;
+}
+
+long hk_plain_retry(int fd, int dir, const struct hk_call *c)
+{
+    struct hk_fd *h = hk_fd_find(fd);
+    uint32_t st = hk_state(h);
+    /* Only a descriptor we switched to non-blocking behind a user who sees
+     * it blocking owes this thread a blocking call. */
+    if ((st & (HK_MANAGED | HK_USER_NB | HK_FLIPPED)) != (HK_MANAGED | HK_FLIPPED))
+        return -EAGAIN;
+    int64_t dl = hk_deadline(__atomic_load_n(dir == FERN_READ ? &h->rcvto : &h->sndto,
+                                             __ATOMIC_RELAXED));
+    for (;;) {
+        long w = hk_poll_one(fd, dir, dl);
+        if (w == 0)
+            return -EAGAIN; /* SO_RCVTIMEO / SO_SNDTIMEO passed, as in the kernel */
+        if (w < 0)
+            return w;
+        long r = hk_do(c);
+        if (r != -EAGAIN)
+            return r;
+    }
+}
+
+static long green_transfer(int fd, int dir, int nowait, const struct hk_call *c)
+{
+    struct hk_fd *h = hk_fd_find(fd);
+    uint32_t st = hk_state(h);
+    if (nowait || (st & (HK_MANAGED | HK_USER_NB)) != HK_MANAGED)
+        return hk_do(c); /* not ours, or the user asked for EAGAIN */
+    if (!(st & HK_FLIPPED) && hk_flip(fd, h) < 0)
+        return hk_do(c);
+    int64_t dl = -1;
+    for (;;) {
+        struct fern__pollent pe = {.fd = fd, .dirs = dir};
+        if (fern__io_snap(&pe)) {
+            /* The poller will not take it: block this worker instead. */
+            long r = hk_do(c);
+            return r == -EAGAIN ? hk_plain_retry(fd, dir, c) : r;
+        }
+        long r = hk_do(c);
+        if (r != -EAGAIN)
+            return r;
+        if (dl < 0)
+            dl = hk_deadline(__atomic_load_n(dir == FERN_READ ? &h->rcvto : &h->sndto,
+                                             __ATOMIC_RELAXED));
+        int k = fern__io_park(&pe, 1, dl);
+        if (k == 0)
+            return -EAGAIN;
+        if (k < 0)
+            return -EBADF; /* closed while we waited */
+    }
+}
+
+long hk_green_transfer(int fd, int dir, int nowait, const struct hk_call *c)
+{
+    HK_TSAN_ENTER();
+    long r = green_transfer(fd, dir, nowait, c);
+    HK_TSAN_LEAVE();
+    return r;
+}

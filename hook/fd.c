@@ -1,0 +1,237 @@
+/*
+ * fd bookkeeping: the hook's table of descriptors, and the calls that
+ * create, copy, inspect and close them (close, dup*, fcntl, ioctl(FIONBIO),
+ * pipe*, epoll_create*). The model and the O_NONBLOCK invariant are in
+ * hook.h.
+ *
+ * The table is two-level (chunks of HK_CHUNK entries, allocated on first
+ * use, never freed), indexed by fd number, covering fds below 2^20; larger
+ * fds are simply never managed. Reuse of a number is safe because every
+ * creating call re-adopts (resets) the entry and tells libfern to forget the
+ * number (fern__io_forget: its epoll events carry a generation, so an old
+ * edge cannot wake the new owner), and close wakes the number's waiters with
+ * EBADF before the kernel releases the number.
+ *
+ * A number can still go stale: a managed descriptor closed where no hook
+ * sees it (libc's internal close in fclose of an fdopen'ed socket, a
+ * sanitizer runtime's own close) leaves its entry behind for the next file
+ * with that number. So an entry records the file it was adopted for (device
+ * and inode, one fstat at creation), and before the kernel flag is switched
+ * on (hk_flip, once per descriptor) the file is checked: a different file
+ * means a stale entry, which is dropped, and the call passes through.
+ */
+#include "hook.h"
+
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define HK_CHUNK 1024u
+#define HK_CHUNKS 1024u
+
+static struct hk_fd *hk_chunks[HK_CHUNKS];
+
+struct hk_fd *hk_fd_find(int fd)
+{
+    if (fd < 0 || (unsigned)fd >= HK_CHUNK * HK_CHUNKS)
+        return NULL;
+    struct hk_fd *c = __atomic_load_n(&hk_chunks[(unsigned)fd / HK_CHUNK], __ATOMIC_ACQUIRE);
+    return c ? &c[(unsigned)fd % HK_CHUNK] : NULL;
+}
+
+static struct hk_fd *hk_fd_get(int fd)
+{
+    if (fd < 0 || (unsigned)fd >= HK_CHUNK * HK_CHUNKS)
+        return NULL;
+    struct hk_fd **slot = &hk_chunks[(unsigned)fd / HK_CHUNK];
+    struct hk_fd *c = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+    if (!c) {
+        struct hk_fd *n = calloc(HK_CHUNK, sizeof *n), *expect = NULL;
+        if (!n)
+            return NULL;
+        if (__atomic_compare_exchange_n(slot, &expect, n, false, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+            c = n;
+        else {
+            free(n);
+            c = expect;
+        }
+    }
+    return &c[(unsigned)fd % HK_CHUNK];
+}
+
+void hk_adopt(int fd, int user_nb, const struct hk_fd *from)
+{
+    fern__io_forget(fd);
+    struct hk_fd *h = hk_fd_get(fd);
+    if (!h)
+        return; /* out of memory or fd too large: it stays unmanaged */
+    int64_t rto = from ? __atomic_load_n(&from->rcvto, __ATOMIC_RELAXED) : 0;
+    int64_t sto = from ? __atomic_load_n(&from->sndto, __ATOMIC_RELAXED) : 0;
+    __atomic_store_n(&h->rcvto, rto, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->sndto, sto, __ATOMIC_RELAXED);
+    uint32_t st = from ? hk_state(from) : HK_MANAGED | (user_nb ? HK_USER_NB : 0);
+    struct stat sb;
+    if (hk_sys(SYS_fstat, fd, &sb) < 0)
+        st = 0;
+    __atomic_store_n(&h->dev, (uint64_t)sb.st_dev, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->ino, (uint64_t)sb.st_ino, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->st, st, __ATOMIC_RELEASE);
+}
+
+void hk_drop(int fd)
+{
+    struct hk_fd *h = hk_fd_find(fd);
+    if (h && hk_state(h)) {
+        __atomic_store_n(&h->st, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&h->rcvto, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&h->sndto, 0, __ATOMIC_RELAXED);
+    }
+    fern__io_forget(fd);
+}
+
+/* After a call that made `nfd` a copy of `fd`. */
+static long hk_copied(int fd, long nfd)
+{
+    if (nfd >= 0) {
+        struct hk_fd *h = hk_fd_find(fd);
+        if (hk_state(h) & HK_MANAGED)
+            hk_adopt((int)nfd, 0, h);
+        else if (hk_state(hk_fd_find((int)nfd)))
+            hk_drop((int)nfd);
+    }
+    return nfd;
+}
+
+int close(int fd)
+{
+    hk_drop(fd);
+    return (int)hk_ret(hk_sys(SYS_close, fd));
+}
+
+int dup(int fd) { return (int)hk_ret(hk_copied(fd, hk_sys(SYS_dup, fd))); }
+
+int dup3(int fd, int nfd, int flags)
+{
+    if (fd == nfd)
+        return (int)hk_ret(-EINVAL);
+    /* Whatever nfd was is closed by the kernel: wake its waiters first. */
+    if (fd >= 0 && nfd >= 0 && hk_sys(SYS_fcntl, fd, F_GETFD) >= 0)
+        hk_drop(nfd);
+    return (int)hk_ret(hk_copied(fd, hk_sys(SYS_dup3, fd, nfd, flags)));
+}
+
+int dup2(int fd, int nfd)
+{
+    if (fd == nfd) {
+        long r = hk_sys(SYS_fcntl, fd, F_GETFD);
+        return (int)hk_ret(r < 0 ? r : fd);
+    }
+    return dup3(fd, nfd, 0);
+}
+
+static long hk_fcntl(int fd, int cmd, long arg)
+{
+    struct hk_fd *h;
+    switch (cmd) {
+    case F_GETFL: {
+        long r = hk_sys(SYS_fcntl, fd, cmd);
+        h = hk_fd_find(fd);
+        uint32_t st = hk_state(h);
+        /* Only a flipped descriptor's kernel flag differs from the user's. */
+        if (r >= 0 && (st & (HK_MANAGED | HK_FLIPPED)) == (HK_MANAGED | HK_FLIPPED))
+            r = (r & ~(long)O_NONBLOCK) | (st & HK_USER_NB ? O_NONBLOCK : 0);
+        return r;
+    }
+    case F_SETFL: {
+        h = hk_fd_find(fd);
+        uint32_t st = hk_state(h);
+        if (!(st & HK_MANAGED))
+            return hk_sys(SYS_fcntl, fd, cmd, arg);
+        long r = hk_sys(SYS_fcntl, fd, cmd, arg | (st & HK_FLIPPED ? O_NONBLOCK : 0));
+        if (r >= 0) {
+            if (arg & O_NONBLOCK)
+                __atomic_fetch_or(&h->st, HK_USER_NB, __ATOMIC_ACQ_REL);
+            else
+                __atomic_fetch_and(&h->st, ~HK_USER_NB, __ATOMIC_ACQ_REL);
+        }
+        return r;
+    }
+    case F_DUPFD:
+    case F_DUPFD_CLOEXEC:
+        return hk_copied(fd, hk_sys(SYS_fcntl, fd, cmd, arg));
+    default:
+        return hk_sys(SYS_fcntl, fd, cmd, arg);
+    }
+}
+
+int fcntl(int fd, int cmd, ...)
+{
+    va_list ap;
+    va_start(ap, cmd);
+    long arg = va_arg(ap, long);
+    va_end(ap);
+    return (int)hk_ret(hk_fcntl(fd, cmd, arg));
+}
+
+int fcntl64(int fd, int cmd, ...)
+{
+    va_list ap;
+    va_start(ap, cmd);
+    long arg = va_arg(ap, long);
+    va_end(ap);
+    return (int)hk_ret(hk_fcntl(fd, cmd, arg));
+}
+
+int ioctl(int fd, unsigned long req, ...)
+{
+    va_list ap;
+    va_start(ap, req);
+    void *arg = va_arg(ap, void *);
+    va_end(ap);
+    if (req == FIONBIO) {
+        struct hk_fd *h = hk_fd_find(fd);
+        uint32_t st = hk_state(h);
+        if ((st & HK_MANAGED) && arg) {
+            int on = *(const int *)arg;
+            /* Kernel flag stays on while FLIPPED; the user's bit is ours. */
+            if (!(st & HK_FLIPPED)) {
+                long r = hk_sys(SYS_ioctl, fd, req, arg);
+                if (r < 0)
+                    return (int)hk_ret(r);
+            }
+            if (on)
+                __atomic_fetch_or(&h->st, HK_USER_NB, __ATOMIC_ACQ_REL);
+            else
+                __atomic_fetch_and(&h->st, ~HK_USER_NB, __ATOMIC_ACQ_REL);
+            return 0;
+        }
+    }
+    return (int)hk_ret(hk_sys(SYS_ioctl, fd, req, arg));
+}
+
+int pipe2(int fds[2], int flags)
+{
+    long r = hk_sys(SYS_pipe2, fds, flags);
+    if (r == 0) {
+        hk_adopt(fds[0], flags & O_NONBLOCK, NULL);
+        hk_adopt(fds[1], flags & O_NONBLOCK, NULL);
+    }
+    return (int)hk_ret(r);
+}
+
+int pipe(int fds[2]) { return pipe2(fds, 0); }
+
+int epoll_create1(int flags)
+{
+    long r = hk_sys(SYS_epoll_create1, flags);
+    if (r >= 0)
+        hk_adopt((int)r, 0, NULL);
+    return (int)hk_ret(r);
+}
+
+int epoll_create(int size) { return size <= 0 ? (int)hk_ret(-EINVAL) : epoll_create1(0); }

@@ -1,0 +1,419 @@
+/*
+ * Waiting for many descriptors: poll, ppoll, select, pselect, epoll_wait,
+ * epoll_pwait (and _FORTIFY_SOURCE's __poll_chk, __ppoll_chk).
+ *
+ * On a green thread: ask the kernel first with a zero timeout (most calls
+ * end here); with no descriptors, sleep; otherwise park on every descriptor
+ * at once through libfern (hookapi.h) and ask the kernel again when woken,
+ * until the deadline. Each descriptor is registered with the runtime's epoll
+ * once, the first time it is waited on, and stays registered until close:
+ * a poll loop costs no epoll_ctl per call. The tick snapshot is taken before
+ * each zero-timeout check, so an edge between check and park is never lost.
+ *
+ * Only managed descriptors (hook.h) can be parked on. A set with any other
+ * descriptor (stdin, say) runs the call on fern's blocking pool instead: the
+ * green thread still parks and the worker runs on, and the hook never
+ * registers a descriptor whose close it would not see.
+ *
+ * A descriptor closed while a green thread waits on it: poll reports it
+ * POLLNVAL, select fails with EBADF, epoll_wait on a closed epoll fd fails
+ * with EBADF. Signal masks (ppoll, pselect, epoll_pwait) belong to kernel
+ * threads; a green thread that passes one waits without changing any mask.
+ */
+#include "hook.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <time.h>
+
+#define KSIGSET (_NSIG / 8)
+
+static const struct timespec zero_ts = {0, 0};
+
+static long raw_ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *m)
+{
+    return hk_sys(SYS_ppoll, fds, n, ts, m, KSIGSET);
+}
+
+/* timeout in ms (< 0: none) -> a deadline. */
+static int64_t ms_deadline(int ms)
+{
+    return ms < 0 ? FERN_FOREVER : fern_now_ns() + (int64_t)ms * 1000000;
+}
+
+static int64_t ts_deadline(const struct timespec *ts)
+{
+    return !ts ? FERN_FOREVER : fern_now_ns() + ts->tv_sec * 1000000000ll + ts->tv_nsec;
+}
+
+static int pe_cmp(const void *a, const void *b)
+{
+    return ((const struct fern__pollent *)a)->fd - ((const struct fern__pollent *)b)->fd;
+}
+
+/* Sort by fd and merge duplicates. Returns the count, or -1 if a descriptor
+ * is not managed (the caller falls back to the pool). */
+static int pe_prepare(struct fern__pollent *pe, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!(hk_state(hk_fd_find(pe[i].fd)) & HK_MANAGED))
+            return -1;
+    qsort(pe, (size_t)n, sizeof *pe, pe_cmp);
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        if (m && pe[m - 1].fd == pe[i].fd)
+            pe[m - 1].dirs |= pe[i].dirs;
+        else
+            pe[m++] = pe[i];
+    }
+    return m;
+}
+
+static int pe_snap(struct fern__pollent *pe, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (fern__io_snap(&pe[i]))
+            return -1;
+    return 0;
+}
+
+/* ---- the blocking-pool fallback ---- */
+struct pool_call {
+    struct hk_call c;
+    long r;
+};
+static void *pool_run(void *arg)
+{
+    struct pool_call *pc = arg;
+    pc->r = hk_do(&pc->c);
+    return NULL;
+}
+static long on_pool(struct hk_call c)
+{
+    struct pool_call pc = {c, 0};
+    hk_offload(pool_run, &pc);
+    return pc.r;
+}
+static struct timespec *left_ts(int64_t dl, struct timespec *ts)
+{
+    if (dl == FERN_FOREVER)
+        return NULL;
+    int64_t left = dl - fern_now_ns();
+    if (left < 0)
+        left = 0;
+    ts->tv_sec = left / 1000000000;
+    ts->tv_nsec = left % 1000000000;
+    return ts;
+}
+
+/* ---- poll ---- */
+static long poll_green(struct pollfd *fds, nfds_t n, int64_t dl)
+{
+    long r = raw_ppoll(fds, n, &zero_ts, NULL);
+    if (r != 0 || (dl != FERN_FOREVER && dl <= fern_now_ns()))
+        return r;
+    if (n == 0) {
+        fern_sleep_until(dl);
+        return 0;
+    }
+    struct fern__pollent few[8], *pe = n <= 8 ? few : malloc(n * sizeof *pe);
+    if (!pe)
+        return -ENOMEM;
+    int m = 0;
+    for (nfds_t i = 0; i < n; i++) {
+        if (fds[i].fd < 0)
+            continue;
+        int dirs = fds[i].events & (POLLOUT | POLLWRNORM | POLLWRBAND) ? FERN_WRITE : 0;
+        if (fds[i].events & (POLLIN | POLLPRI | POLLRDNORM | POLLRDBAND | POLLRDHUP) || !dirs)
+            dirs |= FERN_READ; /* hang-up and error edges come on the read side */
+        pe[m++] = (struct fern__pollent){.fd = fds[i].fd, .dirs = dirs};
+    }
+    m = m ? pe_prepare(pe, m) : 0;
+    for (;;) {
+        if (m <= 0 || pe_snap(pe, m)) {
+            struct timespec ts;
+            r = on_pool((struct hk_call){SYS_ppoll, {(long)fds, (long)n, (long)left_ts(dl, &ts)}});
+            break;
+        }
+        r = raw_ppoll(fds, n, &zero_ts, NULL);
+        if (r != 0)
+            break;
+        int k = fern__io_park(pe, m, dl);
+        if (k == FERN__PARK_NOMEM) {
+            m = 0;
+            continue;
+        }
+        if (k == 0) {
+            r = raw_ppoll(fds, n, &zero_ts, NULL);
+            break;
+        }
+        if (k < 0) {
+            int gone = pe[-k - 1].fd;
+            r = raw_ppoll(fds, n, &zero_ts, NULL);
+            if (r >= 0) {
+                r = 0;
+                for (nfds_t i = 0; i < n; i++) {
+                    if (fds[i].fd == gone)
+                        fds[i].revents = POLLNVAL;
+                    r += fds[i].revents != 0;
+                }
+            }
+            break;
+        }
+    }
+    if (pe != few)
+        free(pe);
+    return r;
+}
+
+int poll(struct pollfd *fds, nfds_t n, int timeout)
+{
+    if (HK_LIKELY(!hk_green())) {
+        struct timespec ts = {timeout / 1000, (long)(timeout % 1000) * 1000000};
+        return (int)hk_ret(raw_ppoll(fds, n, timeout < 0 ? NULL : &ts, NULL));
+    }
+    {
+        HK_TSAN_ENTER();
+        long r_ = poll_green(fds, n, ms_deadline(timeout));
+        HK_TSAN_LEAVE();
+        return (int)hk_ret(r_);
+    }
+}
+
+int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask)
+{
+    if (HK_LIKELY(!hk_green())) {
+        struct timespec copy, *tp = NULL; /* the kernel writes the time left back */
+        if (ts) {
+            copy = *ts;
+            tp = &copy;
+        }
+        return (int)hk_ret(raw_ppoll(fds, n, tp, mask));
+    }
+    if (ts && (ts->tv_sec < 0 || ts->tv_nsec < 0 || ts->tv_nsec >= 1000000000))
+        return (int)hk_ret(-EINVAL);
+    {
+        HK_TSAN_ENTER();
+        long r_ = poll_green(fds, n, ts_deadline(ts));
+        HK_TSAN_LEAVE();
+        return (int)hk_ret(r_);
+    }
+}
+
+int __poll_chk(struct pollfd *fds, nfds_t n, int timeout, size_t fdslen)
+{
+    if (fdslen / sizeof *fds < n)
+        abort();
+    return poll(fds, n, timeout);
+}
+
+int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask,
+                size_t fdslen)
+{
+    if (fdslen / sizeof *fds < n)
+        abort();
+    return ppoll(fds, n, ts, mask);
+}
+
+/* ---- select ---- */
+struct sel {
+    int nfds;
+    fd_set *r, *w, *e;
+    fd_set in_r, in_w, in_e;
+};
+
+/* Zero-timeout check on copies of the caller's sets; the result goes back
+ * to the caller only when something is ready (or at the end). */
+static long sel_check(struct sel *s, int final)
+{
+    fd_set r = s->in_r, w = s->in_w, e = s->in_e;
+    struct timespec z = {0, 0};
+    long n = hk_sys(SYS_pselect6, s->nfds, s->r ? &r : NULL, s->w ? &w : NULL, s->e ? &e : NULL,
+                    &z, NULL);
+    if (n > 0 || (n == 0 && final)) {
+        if (s->r)
+            *s->r = r;
+        if (s->w)
+            *s->w = w;
+        if (s->e)
+            *s->e = e;
+    }
+    return n;
+}
+
+static long select_green(int nfds, fd_set *rs, fd_set *ws, fd_set *es, int64_t dl)
+{
+    if (nfds < 0 || nfds > FD_SETSIZE)
+        return -EINVAL;
+    struct sel s = {.nfds = nfds, .r = rs, .w = ws, .e = es};
+    FD_ZERO(&s.in_r);
+    FD_ZERO(&s.in_w);
+    FD_ZERO(&s.in_e);
+    if (rs)
+        s.in_r = *rs;
+    if (ws)
+        s.in_w = *ws;
+    if (es)
+        s.in_e = *es;
+    int expired = dl != FERN_FOREVER && dl <= fern_now_ns();
+    long r = sel_check(&s, expired);
+    if (r != 0 || expired)
+        return r;
+    int m = 0, count = 0;
+    for (int fd = 0; fd < nfds; fd++)
+        count += (rs && FD_ISSET(fd, rs)) || (ws && FD_ISSET(fd, ws)) || (es && FD_ISSET(fd, es));
+    if (count == 0) {
+        fern_sleep_until(dl);
+        return sel_check(&s, 1);
+    }
+    struct fern__pollent *pe = malloc((size_t)count * sizeof *pe);
+    if (!pe)
+        return -ENOMEM;
+    for (int fd = 0; fd < nfds; fd++) {
+        int dirs = ((rs && FD_ISSET(fd, rs)) || (es && FD_ISSET(fd, es)) ? FERN_READ : 0) |
+                   (ws && FD_ISSET(fd, ws) ? FERN_WRITE : 0);
+        if (dirs)
+            pe[m++] = (struct fern__pollent){.fd = fd, .dirs = dirs};
+    }
+    m = pe_prepare(pe, m);
+    for (;;) {
+        if (m <= 0 || pe_snap(pe, m)) {
+            struct timespec ts;
+            r = on_pool((struct hk_call){SYS_pselect6, {nfds, (long)rs, (long)ws, (long)es,
+                                                        (long)left_ts(dl, &ts), 0}});
+            break;
+        }
+        r = sel_check(&s, 0);
+        if (r != 0)
+            break;
+        int k = fern__io_park(pe, m, dl);
+        if (k == FERN__PARK_NOMEM) {
+            m = 0;
+            continue;
+        }
+        if (k == 0) {
+            r = sel_check(&s, 1);
+            break;
+        }
+        if (k < 0) {
+            r = -EBADF;
+            break;
+        }
+    }
+    free(pe);
+    return r;
+}
+
+int select(int nfds, fd_set *rs, fd_set *ws, fd_set *es, struct timeval *tv)
+{
+    if (HK_LIKELY(!hk_green())) {
+        /* SYS_select where it exists updates *tv as Linux's select does. */
+#ifdef SYS_select
+        return (int)hk_ret(hk_sys(SYS_select, nfds, rs, ws, es, tv));
+#else
+        struct timespec ts, *tp = NULL;
+        if (tv) {
+            ts.tv_sec = tv->tv_sec;
+            ts.tv_nsec = tv->tv_usec * 1000;
+            tp = &ts;
+        }
+        long r = hk_sys(SYS_pselect6, nfds, rs, ws, es, tp, NULL);
+        if (tv) {
+            tv->tv_sec = ts.tv_sec;
+            tv->tv_usec = ts.tv_nsec / 1000;
+        }
+        return (int)hk_ret(r);
+#endif
+    }
+    if (tv && (tv->tv_sec < 0 || tv->tv_usec < 0 || tv->tv_usec >= 1000000))
+        return (int)hk_ret(-EINVAL);
+    int64_t dl = tv ? fern_now_ns() + tv->tv_sec * 1000000000ll + tv->tv_usec * 1000ll
+                    : FERN_FOREVER;
+    HK_TSAN_ENTER();
+    long r = select_green(nfds, rs, ws, es, dl);
+    HK_TSAN_LEAVE();
+    if (tv) { /* Linux writes back the time not slept */
+        int64_t left = dl - fern_now_ns();
+        if (left < 0 || r != 0)
+            left = left < 0 ? 0 : left;
+        tv->tv_sec = left / 1000000000;
+        tv->tv_usec = (left % 1000000000) / 1000;
+    }
+    return (int)hk_ret(r);
+}
+
+int pselect(int nfds, fd_set *rs, fd_set *ws, fd_set *es, const struct timespec *ts,
+            const sigset_t *mask)
+{
+    if (HK_LIKELY(!hk_green())) {
+        struct timespec copy, *tp = NULL; /* pselect leaves the caller's timeout alone */
+        if (ts) {
+            copy = *ts;
+            tp = &copy;
+        }
+        struct {
+            const sigset_t *ss;
+            size_t len;
+        } sm = {mask, KSIGSET};
+        return (int)hk_ret(hk_sys(SYS_pselect6, nfds, rs, ws, es, tp, &sm));
+    }
+    if (ts && (ts->tv_sec < 0 || ts->tv_nsec < 0 || ts->tv_nsec >= 1000000000))
+        return (int)hk_ret(-EINVAL);
+    {
+        HK_TSAN_ENTER();
+        long r_ = select_green(nfds, rs, ws, es, ts_deadline(ts));
+        HK_TSAN_LEAVE();
+        return (int)hk_ret(r_);
+    }
+}
+
+/* ---- epoll ---- */
+static long epoll_green(int epfd, struct epoll_event *ev, int max, int64_t dl)
+{
+    long r = hk_sys(SYS_epoll_pwait, epfd, ev, max, 0, NULL, KSIGSET);
+    if (r != 0 || (dl != FERN_FOREVER && dl <= fern_now_ns()))
+        return r;
+    struct fern__pollent pe = {.fd = epfd, .dirs = FERN_READ};
+    int parkable = hk_state(hk_fd_find(epfd)) & HK_MANAGED;
+    for (;;) {
+        if (!parkable || fern__io_snap(&pe)) {
+            long ms = -1;
+            if (dl != FERN_FOREVER) {
+                int64_t left = dl - fern_now_ns();
+                ms = left <= 0 ? 0 : (long)((left + 999999) / 1000000);
+            }
+            return on_pool((struct hk_call){SYS_epoll_pwait, {epfd, (long)ev, max, ms, 0, KSIGSET}});
+        }
+        r = hk_sys(SYS_epoll_pwait, epfd, ev, max, 0, NULL, KSIGSET);
+        if (r != 0)
+            return r;
+        int k = fern__io_park(&pe, 1, dl);
+        if (k == 0)
+            return hk_sys(SYS_epoll_pwait, epfd, ev, max, 0, NULL, KSIGSET);
+        if (k < 0)
+            return -EBADF;
+    }
+}
+
+int epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout, const sigset_t *mask)
+{
+    if (HK_LIKELY(!hk_green()))
+        return (int)hk_ret(hk_sys(SYS_epoll_pwait, epfd, ev, max, timeout, mask, KSIGSET));
+    if (max <= 0)
+        return (int)hk_ret(-EINVAL);
+    {
+        HK_TSAN_ENTER();
+        long r_ = epoll_green(epfd, ev, max, ms_deadline(timeout));
+        HK_TSAN_LEAVE();
+        return (int)hk_ret(r_);
+    }
+}
+
+int epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout)
+{
+    return epoll_pwait(epfd, ev, max, timeout, NULL);
+}

@@ -1,0 +1,196 @@
+/*
+ * Reads and writes: read, readv, write, writev, recv, recvfrom, recvmsg,
+ * send, sendto, sendmsg, and the _FORTIFY_SOURCE entry points that code
+ * built with it calls instead (__read_chk, __recv_chk, __recvfrom_chk).
+ *
+ * Each is one system call kept in a struct hk_call and handed to
+ * hk_transfer (hook.h), which retries it after a wait when the descriptor is
+ * managed and the user sees it blocking. MSG_DONTWAIT asks for one attempt
+ * and gets it.
+ *
+ * Regular files are left alone: they never return EAGAIN (the kernel has no
+ * readiness for them, epoll refuses them), so a read of a file on a green
+ * thread runs on its worker like any computation; they are never created by
+ * a hooked call, so they are never managed. Code that wants file I/O off the
+ * worker uses fern_pread / fern_pwrite (the blocking pool).
+ */
+#include "hook.h"
+
+#include <stdio.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+ssize_t read(int fd, void *buf, size_t n)
+{
+    struct hk_call c = {SYS_read, {fd, (long)buf, (long)n}};
+    return hk_ret(hk_transfer(fd, FERN_READ, 0, &c));
+}
+
+/* A blocking write or send moves every byte (pipes and stream sockets) or
+ * fails; a non-blocking one may stop short. Where the hook made the
+ * descriptor non-blocking behind a user who sees it blocking, it finishes
+ * the job: the rest goes out with more waits, and an error or deadline after
+ * some bytes went returns the count so far, as the kernel's blocking call
+ * does when interrupted. */
+static int owes_all(int fd)
+{
+    uint32_t st = hk_state(hk_fd_find(fd));
+    return (st & (HK_MANAGED | HK_USER_NB | HK_FLIPPED)) == (HK_MANAGED | HK_FLIPPED);
+}
+
+/* c's buffer is a[1] with length a[2]; r bytes of it went. */
+static long rest_flat(int fd, int nowait, struct hk_call *c, long r)
+{
+    long done = 0;
+    while (r > 0 && r < c->a[2] && !nowait && owes_all(fd)) {
+        done += r;
+        c->a[1] += r;
+        c->a[2] -= r;
+        r = hk_transfer(fd, FERN_WRITE, 0, c);
+    }
+    return r < 0 && done ? done : r + done;
+}
+
+/* r bytes of the iovec `iov` (cnt entries) went. The call reads its iovec
+ * from c's arguments (writev: m is NULL) or from the msghdr m (sendmsg: c
+ * points at m, a copy; the control data went with the first bytes). */
+static long rest_iov(int fd, struct hk_call *c, long r, const struct iovec *iov, size_t cnt,
+                     struct msghdr *m)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < cnt; i++)
+        total += iov[i].iov_len;
+    if (r <= 0 || (size_t)r >= total || cnt > IOV_MAX || !owes_all(fd))
+        return r;
+    struct iovec *v = malloc(cnt * sizeof *v);
+    if (!v)
+        return r;
+    memcpy(v, iov, cnt * sizeof *v);
+    size_t first = 0;
+    long done = 0;
+    for (;;) {
+        done += r;
+        while (r > 0) { /* skip what went */
+            size_t take = (size_t)r < v[first].iov_len ? (size_t)r : v[first].iov_len;
+            v[first].iov_base = (char *)v[first].iov_base + take;
+            v[first].iov_len -= take;
+            r -= (long)take;
+            if (v[first].iov_len == 0)
+                first++;
+        }
+        while (first < cnt && v[first].iov_len == 0)
+            first++;
+        if (first == cnt)
+            break;
+        if (m) {
+            m->msg_iov = v + first;
+            m->msg_iovlen = cnt - first;
+            m->msg_control = NULL;
+            m->msg_controllen = 0;
+        } else {
+            c->a[1] = (long)(v + first);
+            c->a[2] = (long)(cnt - first);
+        }
+        r = hk_transfer(fd, FERN_WRITE, 0, c);
+        if (r <= 0)
+            break;
+    }
+    free(v);
+    return done;
+}
+
+ssize_t write(int fd, const void *buf, size_t n)
+{
+    struct hk_call c = {SYS_write, {fd, (long)buf, (long)n}};
+    long r = hk_transfer(fd, FERN_WRITE, 0, &c);
+    if (__builtin_expect(r > 0 && (size_t)r < n, 0))
+        r = rest_flat(fd, 0, &c, r);
+    return hk_ret(r);
+}
+
+ssize_t readv(int fd, const struct iovec *iov, int cnt)
+{
+    struct hk_call c = {SYS_readv, {fd, (long)iov, cnt}};
+    return hk_ret(hk_transfer(fd, FERN_READ, 0, &c));
+}
+
+ssize_t writev(int fd, const struct iovec *iov, int cnt)
+{
+    struct hk_call c = {SYS_writev, {fd, (long)iov, cnt}};
+    long r = hk_transfer(fd, FERN_WRITE, 0, &c);
+    if (__builtin_expect(r > 0, 1) && cnt > 0)
+        r = rest_iov(fd, &c, r, iov, (size_t)cnt, NULL);
+    return hk_ret(r);
+}
+
+ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *from, socklen_t *fl)
+{
+    struct hk_call c = {SYS_recvfrom, {fd, (long)buf, (long)n, flags, (long)from, (long)fl}};
+    return hk_ret(hk_transfer(fd, FERN_READ, flags & MSG_DONTWAIT, &c));
+}
+
+ssize_t recv(int fd, void *buf, size_t n, int flags) { return recvfrom(fd, buf, n, flags, NULL, NULL); }
+
+ssize_t recvmsg(int fd, struct msghdr *m, int flags)
+{
+    struct hk_call c = {SYS_recvmsg, {fd, (long)m, flags}};
+    return hk_ret(hk_transfer(fd, FERN_READ, flags & MSG_DONTWAIT, &c));
+}
+
+ssize_t sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *to,
+               socklen_t tl)
+{
+    struct hk_call c = {SYS_sendto, {fd, (long)buf, (long)n, flags, (long)to, tl}};
+    long r = hk_transfer(fd, FERN_WRITE, flags & MSG_DONTWAIT, &c);
+    if (__builtin_expect(r > 0 && (size_t)r < n, 0))
+        r = rest_flat(fd, flags & MSG_DONTWAIT, &c, r);
+    return hk_ret(r);
+}
+
+ssize_t send(int fd, const void *buf, size_t n, int flags) { return sendto(fd, buf, n, flags, NULL, 0); }
+
+ssize_t sendmsg(int fd, const struct msghdr *m, int flags)
+{
+    struct hk_call c = {SYS_sendmsg, {fd, (long)m, flags}};
+    long r = hk_transfer(fd, FERN_WRITE, flags & MSG_DONTWAIT, &c);
+    if (__builtin_expect(r > 0, 1) && m && m->msg_iovlen > 0 && !(flags & MSG_DONTWAIT)) {
+        struct msghdr copy = *m;
+        c.a[1] = (long)&copy;
+        r = rest_iov(fd, &c, r, m->msg_iov, m->msg_iovlen, &copy);
+    }
+    return hk_ret(r);
+}
+
+/* _FORTIFY_SOURCE: the buffer's known size must cover the request. */
+static void hk_overflow(void)
+{
+    static const char msg[] = "*** buffer overflow detected ***: terminated\n";
+    hk_sys(SYS_write, 2, msg, sizeof msg - 1);
+    abort();
+}
+
+ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
+{
+    if (n > buflen)
+        hk_overflow();
+    return read(fd, buf, n);
+}
+
+ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags)
+{
+    if (n > buflen)
+        hk_overflow();
+    return recvfrom(fd, buf, n, flags, NULL, NULL);
+}
+
+ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags,
+                       struct sockaddr *from, socklen_t *fl)
+{
+    if (n > buflen)
+        hk_overflow();
+    return recvfrom(fd, buf, n, flags, from, fl);
+}

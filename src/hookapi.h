@@ -1,0 +1,60 @@
+/*
+ * What libfern lends to libfern-hook (hook/), and nothing else.
+ *
+ * Not part of fern's API: the names carry the `fern__` prefix, the header is
+ * not installed, and both libraries are built and shipped together, so these
+ * may change in any release. They are exported from libfern.so only because
+ * libfern-hook is a separate library (fern.h says so).
+ *
+ * The waiting model: fern-hook makes its own system calls (raw, on
+ * descriptors it switched to O_NONBLOCK itself) and comes here only to wait.
+ * Edges are never lost through a tick snapshot: fern__io_snap registers the
+ * fd with the poller (flags untouched) and reads the per-direction tick words
+ * BEFORE the caller's system call or readiness check; fern__io_park queues
+ * the caller on each fd (any number of waiters per fd) only if no edge has
+ * ticked since, else it returns at once and the caller checks again.
+ */
+#ifndef FERN_HOOKAPI_H
+#define FERN_HOOKAPI_H
+
+#include <stdint.h>
+
+#define FERN__API __attribute__((visibility("default")))
+
+/* 1 if the caller runs on a green thread (not a worker's own context, not a
+ * plain thread). */
+FERN__API int fern__hook_green(void);
+
+/* Wake every thread waiting on fd (fern_* calls and fern__io_park) with
+ * EBADF and drop its registration: the fd is about to be closed or its
+ * number has a new owner. A no-op before the runtime starts. */
+FERN__API void fern__io_forget(int fd);
+
+struct fern__pollent {
+    int fd;
+    int dirs;               /* FERN_READ | FERN_WRITE */
+    uint32_t rtick, wtick;  /* filled in by fern__io_snap */
+};
+
+/* Register pe->fd if needed and take its tick snapshot. Returns 0, or an
+ * errno value (EPERM: epoll refuses this fd, e.g. a regular file). Starts
+ * the runtime if it is not running. */
+FERN__API int fern__io_snap(struct fern__pollent *pe);
+
+/* Park the calling green thread until an edge on one of the n entries (fds
+ * unique and ascending, each snapped), or the deadline (absolute,
+ * fern_now_ns based; FERN_FOREVER). Returns 1: woken or an edge came since
+ * the snapshot (check again); 0: deadline passed; -(i + 1): pe[i].fd was
+ * closed (fern__io_forget) while waiting; FERN__PARK_NOMEM: no memory for
+ * the waiters (only when n > 4). */
+#define FERN__PARK_NOMEM INT32_MIN
+FERN__API int fern__io_park(const struct fern__pollent *pe, int n, int64_t deadline);
+
+/* Under ThreadSanitizer (a libfern built with it), bracket the part of a
+ * hooked call that may park: the green thread runs it on a second TSan fiber
+ * (thread.c says why). Nesting is counted. No-ops otherwise and on plain
+ * threads. */
+FERN__API void fern__tsan_enter(void);
+FERN__API void fern__tsan_leave(void);
+
+#endif

@@ -1,0 +1,245 @@
+// fern-hook, sockets and names: connect/accept on green threads of one
+// worker, refused connections, SO_SNDTIMEO on connect, the resolver on the
+// blocking pool, fork (the child runs with hooking off), FERN_HOOK=0.
+#include "hook_test.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <cstring>
+
+using namespace hook_test;
+
+namespace {
+
+int listener(uint16_t *port) {
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    EXPECT_GE(l, 0);
+    struct sockaddr_in a = {};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(l, (struct sockaddr *)&a, sizeof a), 0);
+    EXPECT_EQ(listen(l, 128), 0);
+    socklen_t al = sizeof a;
+    EXPECT_EQ(getsockname(l, (struct sockaddr *)&a, &al), 0);
+    *port = ntohs(a.sin_port);
+    return l;
+}
+
+struct sockaddr_in loopback(uint16_t port) {
+    struct sockaddr_in a = {};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return a;
+}
+
+TEST(HookNet, EchoOnOneWorker) {
+    uint16_t port;
+    int l = listener(&port);
+    OneWorker w;
+    const int kClients = 20;
+    fern_thread *srv = w.spawn([&] {
+        for (int i = 0; i < kClients; i++) {
+            int c = accept(l, nullptr, nullptr);
+            ASSERT_GE(c, 0);
+            EXPECT_FALSE(fcntl(c, F_GETFL) & O_NONBLOCK);
+            fern_thread *t = nullptr;
+            EXPECT_EQ(spawn_on(&t, nullptr, [c] {
+                          char buf[64];
+                          ssize_t n;
+                          while ((n = read(c, buf, sizeof buf)) > 0)
+                              EXPECT_EQ(write(c, buf, n), n);
+                          close(c);
+                      }),
+                      0);
+            EXPECT_EQ(fern_detach(t), 0);
+        }
+    });
+    std::vector<fern_thread *> cl;
+    for (int i = 0; i < kClients; i++)
+        cl.push_back(w.spawn([&, i] {
+            int s = socket(AF_INET, SOCK_STREAM, 0);
+            struct sockaddr_in a = loopback(port);
+            ASSERT_EQ(connect(s, (struct sockaddr *)&a, sizeof a), 0);
+            for (int k = 0; k < 50; k++) {
+                char msg[16], back[16] = {};
+                int n = snprintf(msg, sizeof msg, "%d-%d", i, k);
+                ASSERT_EQ(write(s, msg, n), n);
+                ssize_t got = 0;
+                while (got < n) {
+                    ssize_t r = read(s, back + got, sizeof back - got);
+                    ASSERT_GT(r, 0);
+                    got += r;
+                }
+                EXPECT_EQ(memcmp(msg, back, n), 0);
+            }
+            close(s);
+        }));
+    for (auto t : cl) OneWorker::join(t);
+    OneWorker::join(srv);
+    usleep(20000);  // let the detached echo threads see EOF
+    close(l);
+}
+
+TEST(HookNet, Accept4FlagsAndRefused) {
+    uint16_t port;
+    int l = listener(&port);
+    OneWorker w;
+    fern_thread *srv = w.spawn([&] {
+        int c = accept4(l, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        ASSERT_GE(c, 0);
+        EXPECT_TRUE(fcntl(c, F_GETFL) & O_NONBLOCK);
+        EXPECT_TRUE(fcntl(c, F_GETFD) & FD_CLOEXEC);
+        char ch;
+        EXPECT_EQ(read(c, &ch, 1), -1);
+        EXPECT_EQ(get_errno(), EAGAIN);
+        close(c);
+    });
+    w.run([&] {
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = loopback(port);
+        EXPECT_EQ(connect(s, (struct sockaddr *)&a, sizeof a), 0);
+        OneWorker::join(srv);
+        close(s);
+        close(l);
+        // Nobody listens there any more.
+        s = socket(AF_INET, SOCK_STREAM, 0);
+        EXPECT_EQ(connect(s, (struct sockaddr *)&a, sizeof a), -1);
+        EXPECT_EQ(get_errno(), ECONNREFUSED);
+        EXPECT_FALSE(fcntl(s, F_GETFL) & O_NONBLOCK);
+        close(s);
+    });
+}
+
+TEST(HookNet, UserNonblockConnectSaysInProgress) {
+    uint16_t port;
+    int l = listener(&port);
+    OneWorker w;
+    w.run([&] {
+        int s = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        struct sockaddr_in a = loopback(port);
+        int r = connect(s, (struct sockaddr *)&a, sizeof a);
+        // Loopback may finish at once; otherwise the user gets EINPROGRESS.
+        if (r != 0) {
+            EXPECT_EQ(get_errno(), EINPROGRESS);
+        }
+        close(s);
+    });
+    close(l);
+}
+
+TEST(HookNet, PlainThreadConnectAcceptAsLibc) {
+    uint16_t port;
+    int l = listener(&port);
+    std::thread srv([&] {
+        int c = accept(l, nullptr, nullptr);
+        EXPECT_GE(c, 0);
+        EXPECT_EQ(write(c, "ok", 2), 2);
+        close(c);
+    });
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = loopback(port);
+    EXPECT_EQ(connect(s, (struct sockaddr *)&a, sizeof a), 0);
+    char buf[2];
+    EXPECT_EQ(recv(s, buf, 2, MSG_WAITALL), 2);
+    srv.join();
+    EXPECT_FALSE(kernel_nonblock(s));
+    close(s);
+    close(l);
+}
+
+TEST(HookNet, NamesOnGreenThreads) {
+    OneWorker w;
+    std::vector<fern_thread *> ts;
+    for (int i = 0; i < 20; i++)
+        ts.push_back(w.spawn([] {
+            struct addrinfo hints = {}, *res = nullptr;
+            hints.ai_family = AF_INET;
+            hints.ai_socktype = SOCK_STREAM;
+            ASSERT_EQ(getaddrinfo("localhost", "80", &hints, &res), 0);
+            ASSERT_NE(res, nullptr);
+            char host[64], serv[16];
+            EXPECT_EQ(getnameinfo(res->ai_addr, res->ai_addrlen, host, sizeof host, serv,
+                                  sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV),
+                      0);
+            EXPECT_STREQ(host, "127.0.0.1");
+            EXPECT_STREQ(serv, "80");
+            freeaddrinfo(res);
+            struct hostent he, *out = nullptr;
+            char buf[1024];
+            int herr = 0;
+            EXPECT_EQ(gethostbyname_r("localhost", &he, buf, sizeof buf, &out, &herr), 0);
+            ASSERT_NE(out, nullptr);
+            EXPECT_EQ(out->h_addrtype, AF_INET);
+            EXPECT_NE(getaddrinfo("no-such-host.invalid", nullptr, &hints, &res), 0);
+        }));
+    for (auto t : ts) OneWorker::join(t);
+    w.run([] {
+        struct hostent *h = gethostbyname("localhost");
+        ASSERT_NE(h, nullptr);
+        EXPECT_EQ(h->h_addrtype, AF_INET);
+        EXPECT_EQ(gethostbyname("no-such-host.invalid"), nullptr);
+        EXPECT_NE(h_errno, 0);
+    });
+}
+
+TEST(HookNet, ForkChildRunsPlain) {
+    // A flipped pipe read in the child blocks as the user expects, sleeps
+    // work without a runtime, and exec works.
+    int p[2];
+    ASSERT_EQ(pipe(p), 0);
+    OneWorker w;
+    w.run([&] {
+        char c;
+        EXPECT_EQ(write(p[1], "a", 1), 1);
+        EXPECT_EQ(read(p[0], &c, 1), 1);
+    });
+    ASSERT_TRUE(kernel_nonblock(p[0]));
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        char c = 0;
+        if (usleep(1000) != 0) _exit(2);
+        if (read(p[0], &c, 1) != 1 || c != 'b') _exit(3);
+        execl("/bin/true", "true", (char *)nullptr);
+        _exit(4);
+    }
+    usleep(50000);
+    EXPECT_EQ(write(p[1], "b", 1), 1);
+    int st = 0;
+    EXPECT_EQ(waitpid(pid, &st, 0), pid);
+    EXPECT_TRUE(WIFEXITED(st));
+    EXPECT_EQ(WEXITSTATUS(st), 0);
+    close(p[0]);
+    close(p[1]);
+}
+
+// Run by ctest with FERN_HOOK=0 (test_hook_off): a green thread's usleep
+// then blocks its worker, so a second one waits for the first.
+TEST(HookOff, EnvironmentTurnsHookingOff) {
+    const char *v = getenv("FERN_HOOK");
+    ASSERT_TRUE(v && strcmp(v, "0") == 0) << "run with FERN_HOOK=0";
+    OneWorker w;
+    int64_t t0 = fern_now_ns();
+    fern_thread *a = w.spawn([] { usleep(100000); });
+    fern_thread *b = w.spawn([] { usleep(100000); });
+    OneWorker::join(a);
+    OneWorker::join(b);
+    EXPECT_GE(fern_now_ns() - t0, ms(195));
+    int p[2];
+    ASSERT_EQ(pipe(p), 0);
+    w.run([&] {
+        char c;
+        EXPECT_EQ(write(p[1], "a", 1), 1);
+        EXPECT_EQ(read(p[0], &c, 1), 1);
+    });
+    EXPECT_FALSE(kernel_nonblock(p[0]));
+    close(p[0]);
+    close(p[1]);
+}
+
+}  // namespace

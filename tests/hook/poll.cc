@@ -1,0 +1,258 @@
+// fern-hook, waiting on many descriptors: poll, ppoll, select, pselect,
+// epoll_wait, epoll_pwait on green threads (readiness first, park with a
+// deadline, close reported) and on plain threads (libc's results).
+#include "hook_test.h"
+
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+
+using namespace hook_test;
+
+namespace {
+
+struct Pipes {
+    std::vector<std::array<int, 2>> p;
+    explicit Pipes(int n) : p(n) {
+        for (auto &x : p) EXPECT_EQ(pipe(x.data()), 0);
+    }
+    ~Pipes() {
+        for (auto &x : p) {
+            close(x[0]);
+            close(x[1]);
+        }
+    }
+};
+
+TEST(HookPoll, ReadyFirstThenParksUntilWrite) {
+    Pipes ps(64);
+    OneWorker w;
+    int64_t late;
+    {
+        Ticker tick(w);
+        w.run([&] {
+            std::vector<struct pollfd> fds;
+            for (auto &x : ps.p) fds.push_back({x[0], POLLIN, 0});
+            // Nothing ready, timeout passes.
+            int64_t t0 = fern_now_ns();
+            EXPECT_EQ(poll(fds.data(), fds.size(), 50), 0);
+            EXPECT_GE(fern_now_ns() - t0, ms(45));
+            // Ready already: returns at once.
+            EXPECT_EQ(write(ps.p[7][1], "a", 1), 1);
+            EXPECT_EQ(poll(fds.data(), fds.size(), 1000), 1);
+            EXPECT_EQ(fds[7].revents, POLLIN);
+            char c;
+            EXPECT_EQ(read(ps.p[7][0], &c, 1), 1);
+            // Parks until another green thread writes to one of them.
+            fern_thread *wr = nullptr;
+            EXPECT_EQ(spawn_on(&wr, nullptr, [&] {
+                          usleep(30000);
+                          EXPECT_EQ(write(ps.p[40][1], "b", 1), 1);
+                      }),
+                      0);
+            t0 = fern_now_ns();
+            EXPECT_EQ(poll(fds.data(), fds.size(), -1), 1);
+            EXPECT_GE(fern_now_ns() - t0, ms(25));
+            EXPECT_EQ(fds[40].revents, POLLIN);
+            EXPECT_EQ(fern_join(wr, nullptr), 0);
+        });
+        late = tick.late_ns.load();
+    }
+    EXPECT_LT(late, kLateLimit);
+}
+
+TEST(HookPoll, PollOutAndDuplicates) {
+    int s[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, s), 0);
+    OneWorker w;
+    w.run([&] {
+        struct pollfd fds[3] = {{s[0], POLLOUT, 0}, {s[0], POLLIN, 0}, {-1, POLLIN, 7}};
+        EXPECT_EQ(poll(fds, 3, 100), 1);
+        EXPECT_EQ(fds[0].revents, POLLOUT);
+        EXPECT_EQ(fds[1].revents, 0);
+        EXPECT_EQ(fds[2].revents, 0);
+        struct timespec ts = {0, 20000000};
+        fds[0].events = POLLIN;
+        EXPECT_EQ(ppoll(fds, 2, &ts, nullptr), 0);
+        EXPECT_EQ(ts.tv_nsec, 20000000);
+    });
+    close(s[0]);
+    close(s[1]);
+}
+
+TEST(HookPoll, CloseWhileParkedIsPollnval) {
+    int p[2];
+    ASSERT_EQ(pipe(p), 0);
+    int fd = dup(p[0]);
+    OneWorker w;
+    fern_thread *a = w.spawn([&] {
+        struct pollfd f = {fd, POLLIN, 0};
+        EXPECT_EQ(poll(&f, 1, 5000), 1);
+        EXPECT_EQ(f.revents, POLLNVAL);
+    });
+    w.run([&] {
+        usleep(30000);
+        close(fd);
+    });
+    OneWorker::join(a);
+    close(p[0]);
+    close(p[1]);
+}
+
+TEST(HookPoll, UnmanagedDescriptorGoesToThePool) {
+    int p[2];
+    raw_pipe(p);
+    OneWorker w;
+    int64_t late;
+    {
+        Ticker tick(w);
+        fern_thread *a = w.spawn([&] {
+            struct pollfd f = {p[0], POLLIN, 0};
+            EXPECT_EQ(poll(&f, 1, 5000), 1);
+            EXPECT_EQ(f.revents, POLLIN);
+        });
+        w.run([&] {
+            usleep(50000);
+            EXPECT_EQ(write(p[1], "u", 1), 1);
+        });
+        OneWorker::join(a);
+        late = tick.late_ns.load();
+    }
+    EXPECT_LT(late, kLateLimit);
+    EXPECT_FALSE(kernel_nonblock(p[0]));
+    syscall(SYS_close, p[0]);
+    syscall(SYS_close, p[1]);
+}
+
+TEST(HookPoll, SelectParksAndReports) {
+    Pipes ps(8);
+    OneWorker w;
+    w.run([&] {
+        fd_set r;
+        FD_ZERO(&r);
+        int maxfd = 0;
+        for (auto &x : ps.p) {
+            FD_SET(x[0], &r);
+            maxfd = std::max(maxfd, x[0]);
+        }
+        fd_set wset;
+        FD_ZERO(&wset);
+        fern_thread *wr = nullptr;
+        EXPECT_EQ(spawn_on(&wr, nullptr, [&] {
+                      usleep(30000);
+                      EXPECT_EQ(write(ps.p[3][1], "s", 1), 1);
+                  }),
+                  0);
+        struct timeval tv = {5, 0};
+        fd_set rr = r;
+        EXPECT_EQ(select(maxfd + 1, &rr, &wset, nullptr, &tv), 1);
+        EXPECT_TRUE(FD_ISSET(ps.p[3][0], &rr));
+        EXPECT_FALSE(FD_ISSET(ps.p[2][0], &rr));
+        EXPECT_LT(tv.tv_sec, 5);  // the time left was written back
+        EXPECT_EQ(fern_join(wr, nullptr), 0);
+        // Timeout: every set comes back empty.
+        char c;
+        EXPECT_EQ(read(ps.p[3][0], &c, 1), 1);
+        rr = r;
+        struct timespec ts = {0, 20000000};
+        EXPECT_EQ(pselect(maxfd + 1, &rr, nullptr, nullptr, &ts, nullptr), 0);
+        for (auto &x : ps.p) EXPECT_FALSE(FD_ISSET(x[0], &rr));
+        // A closed descriptor in the set: EBADF.
+        int q[2];
+        EXPECT_EQ(pipe(q), 0);
+        close(q[1]);
+        fd_set bad;
+        FD_ZERO(&bad);
+        FD_SET(q[1], &bad);
+        tv = {0, 1000};
+        EXPECT_EQ(select(q[1] + 1, &bad, nullptr, nullptr, &tv), -1);
+        EXPECT_EQ(get_errno(), EBADF);
+        close(q[0]);
+    });
+}
+
+TEST(HookPoll, SelectCloseWhileParkedIsEbadf) {
+    int p[2];
+    ASSERT_EQ(pipe(p), 0);
+    int fd = dup(p[0]);
+    OneWorker w;
+    fern_thread *a = w.spawn([&] {
+        fd_set r;
+        FD_ZERO(&r);
+        FD_SET(fd, &r);
+        EXPECT_EQ(select(fd + 1, &r, nullptr, nullptr, nullptr), -1);
+        EXPECT_EQ(get_errno(), EBADF);
+    });
+    w.run([&] {
+        usleep(30000);
+        close(fd);
+    });
+    OneWorker::join(a);
+    close(p[0]);
+    close(p[1]);
+}
+
+TEST(HookPoll, EpollWaitParks) {
+    int p[2];
+    ASSERT_EQ(pipe(p), 0);
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    ASSERT_GE(ep, 0);
+    struct epoll_event ev = {};
+    ev.events = EPOLLIN;
+    ev.data.u32 = 77;
+    ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_ADD, p[0], &ev), 0);
+    OneWorker w;
+    int64_t late;
+    {
+        Ticker tick(w);
+        w.run([&] {
+            struct epoll_event out[4];
+            int64_t t0 = fern_now_ns();
+            EXPECT_EQ(epoll_wait(ep, out, 4, 40), 0);
+            EXPECT_GE(fern_now_ns() - t0, ms(35));
+            fern_thread *wr = nullptr;
+            EXPECT_EQ(spawn_on(&wr, nullptr, [&] {
+                          usleep(30000);
+                          EXPECT_EQ(write(p[1], "e", 1), 1);
+                      }),
+                      0);
+            EXPECT_EQ(epoll_pwait(ep, out, 4, -1, nullptr), 1);
+            EXPECT_EQ(out[0].data.u32, 77u);
+            EXPECT_EQ(fern_join(wr, nullptr), 0);
+            EXPECT_EQ(epoll_wait(ep, out, 0, 0), -1);
+            EXPECT_EQ(get_errno(), EINVAL);
+        });
+        late = tick.late_ns.load();
+    }
+    EXPECT_LT(late, kLateLimit);
+    close(ep);
+    close(p[0]);
+    close(p[1]);
+}
+
+TEST(HookPoll, PlainThreadIsLibc) {
+    int p[2];
+    ASSERT_EQ(pipe(p), 0);
+    struct pollfd f = {p[0], POLLIN, 0};
+    int64_t t0 = fern_now_ns();
+    EXPECT_EQ(poll(&f, 1, 30), 0);
+    EXPECT_GE(fern_now_ns() - t0, ms(25));
+    EXPECT_EQ(write(p[1], "x", 1), 1);
+    EXPECT_EQ(poll(&f, 1, -1), 1);
+    struct timeval tv = {0, 0};
+    fd_set r;
+    FD_ZERO(&r);
+    FD_SET(p[0], &r);
+    EXPECT_EQ(select(p[0] + 1, &r, nullptr, nullptr, &tv), 1);
+    struct epoll_event one;
+    EXPECT_EQ(epoll_wait(-1, &one, 1, 0), -1);
+    EXPECT_EQ(get_errno(), EBADF);
+    close(p[0]);
+    close(p[1]);
+    struct pollfd bad = {p[0], POLLIN, 0};
+    EXPECT_EQ(poll(&bad, 1, 0), 1);
+    EXPECT_EQ(bad.revents, POLLNVAL);
+}
+
+}  // namespace
