@@ -703,7 +703,7 @@ static fern_thread *find_work(struct worker *w)
                 seen_at = 0;
             }
             for (int k = 0; k < 64; k++)
-                __builtin_ia32_pause();
+                cpu_relax();
             continue;
         }
         if (spinning) {

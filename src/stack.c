@@ -572,22 +572,3 @@ void stack_stats(struct fern_stats *st)
     /* Every carved stack is either bound to a thread or cached in a pool. */
     st->stacks_cached = st->stacks_mapped - st->stacks_in_use;
 }
-
-/* Build the first frame of a green thread below its stack header: the frame
- * fern_ctx_switch pops (MXCSR/x87 CW, r15..rbp) and a return into
- * fern_ctx_entry, with rbx = the thread and r12 = thread_entry. */
-void *ctx_init(char *top, fern_thread *self)
-{
-    uintptr_t sp = ((uintptr_t)top & ~(uintptr_t)15) - 64;
-    uint64_t *f = (uint64_t *)sp;
-    ((uint32_t *)f)[0] = 0x1F80; /* MXCSR: all exceptions masked, round to nearest */
-    ((uint32_t *)f)[1] = 0x037F; /* x87 CW: default */
-    f[1] = 0;                        /* r15 */
-    f[2] = 0;                        /* r14 */
-    f[3] = 0;                        /* r13 */
-    f[4] = (uint64_t)(uintptr_t)thread_entry; /* r12 */
-    f[5] = (uint64_t)(uintptr_t)self;         /* rbx */
-    f[6] = 0;                                 /* rbp */
-    f[7] = (uint64_t)(uintptr_t)fern_ctx_entry;
-    return (void *)sp;
-}

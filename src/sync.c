@@ -159,7 +159,7 @@ static __attribute__((noinline)) int mutex_lock_slow(fern_mutex *m, int64_t dead
     if (!plain && !LOAD_RELAXED(&m->handoff_) && (!me->w || me->w->cluster->nworkers > 1)) {
         for (int round = 0; round < 4; round++) {
             for (int k = 0; k < 30; k++)
-                __builtin_ia32_pause();
+                cpu_relax();
             uint32_t z = 0;
             if (LOAD_RELAXED(&m->state_) == 0 && CAS(&m->state_, &z, 1)) {
                 STORE_RELAXED(&m->owner_, self);

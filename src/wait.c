@@ -26,7 +26,7 @@
 void spin_backoff(unsigned *spins)
 {
     if (++*spins < 256)
-        __builtin_ia32_pause();
+        cpu_relax();
     else
         sched_yield();
 }
