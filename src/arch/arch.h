@@ -1,8 +1,8 @@
 /*
  * The architecture interface: everything in the runtime that depends on the
- * CPU is behind this header and the context-switch assembly next to it, so
- * no other file in src/ names an architecture. Each architecture's header
- * provides:
+ * CPU is behind this header and one directory per architecture
+ * (x86_64/, aarch64/), so no other file in src/ names an architecture.
+ * Each architecture's arch.h provides:
  *
  *   cpu_relax()          one round of a spin-wait loop (x86 pause, Arm isb)
  *   prefetch(p)          start loading p's cache line; never elided
@@ -14,9 +14,11 @@
  *                        across a context switch (DESIGN invariant 4)
  *   ctx_init(top, self)  build the first frame of a green thread below
  *                        `top` for fern_ctx_switch to pop; returns its sp
+ *   ARCH_DEBUG_FRAME     the saved frame's layout for debuggers (debugmap.c)
  *
- * and its switch_<arch>.S defines fern_ctx_switch, fern_ctx_entry and
- * fern_ctx_start with the contracts below. Page size is not here: it is
+ * and its <arch>/switch.S defines fern_ctx_switch, fern_ctx_entry and
+ * fern_ctx_start with the contracts below. Adding an architecture means a
+ * directory here with those two files. Page size is not here: it is
  * read from sysconf at run time (stack.c), never assumed.
  */
 #ifndef FERN_ARCH_H
@@ -38,9 +40,9 @@ void fern_ctx_start(void *top, fern_thread *t) __attribute__((noreturn));
 void thread_entry(void *from, fern_thread *self) __attribute__((noreturn));
 
 #if defined(__x86_64__)
-#include "arch/arch_x86_64.h"
+#include "arch/x86_64/arch.h"
 #elif defined(__aarch64__)
-#include "arch/arch_aarch64.h"
+#include "arch/aarch64/arch.h"
 #else
 #error "fern runs on x86_64 and aarch64 only"
 #endif

@@ -8,7 +8,7 @@
  * tens of cycles, close to what x86's pause gives a spin loop. */
 static inline void cpu_relax(void) { __asm__ volatile("isb" ::: "memory"); }
 
-/* An asm, not __builtin_prefetch: see the x86_64 header. */
+/* An asm, not __builtin_prefetch: see x86_64/arch.h. */
 static inline __attribute__((always_inline)) void prefetch(const void *p)
 {
     __asm__ volatile("prfm pldl1keep, %0" : : "Q"(*(const char *)p));
@@ -35,7 +35,7 @@ static inline void full_fence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
         v_;                                                             \
     })
 
-/* The frame fern_ctx_switch pops (switch_aarch64.S): callee-saved registers
+/* The frame fern_ctx_switch pops (switch.S): callee-saved registers
  * zero, x19 = the thread, FPCR 0 (the Linux default), and x30 =
  * fern_ctx_entry signed with the sp autiasp will see once the 176-byte
  * frame is popped. pacia1716 (signs x17 with modifier x16) is a hint: a
@@ -54,5 +54,10 @@ static inline void *ctx_init(char *top, fern_thread *self)
     f[2] = (uint64_t)(uintptr_t)self;   /* x19 */
     return (void *)sp;
 }
+
+/* The saved switch frame for debuggers (debugmap.c): not described yet
+ * (frame size 0). The map's frame fields name x86_64 registers, and
+ * fern-gdb.py's walk of parked threads is x86_64-only (docs/platforms.md). */
+#define ARCH_DEBUG_FRAME .frame_size = 0
 
 #endif
