@@ -20,6 +20,11 @@
  * parker, and park; the channel locks are released after the switch. The
  * first party to claim the parker decides which case fired; on wake-up the
  * select unlinks its other waiters.
+ *
+ * Memory ordering: every field is read and written under the channel's spin
+ * lock (acquire/release); closed is stored relaxed under it for lock-free
+ * readers, which only use it as a hint. The wait_what/wait_obj notes are
+ * relaxed: fern_dump reads them for display only.
  */
 #include "internal.h"
 

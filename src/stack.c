@@ -37,6 +37,12 @@
  *
  * Late binding: a thread gets its stack when it first runs (stack_bind),
  * from the cache of the worker that runs it.
+ *
+ * Memory ordering: pools and slabs are under S.lock. guard_mode and
+ * guard_batch are relaxed: a downgrade is a hint for later slots and each
+ * slot records the mode it got. nclean, ndirty and stack_starved are
+ * relaxed hints read outside the lock and re-checked under it; the
+ * counters (mapped, trims, guards_*) are relaxed, for fern_stats.
  */
 #include "internal.h"
 

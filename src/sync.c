@@ -35,6 +35,19 @@
  * it. Nothing is woken until it can run. A signal does not do this: the
  * signaller usually locks the mutex again at once, and a hand-off would make
  * it wait for the woken thread (a convoy).
+ *
+ * Memory ordering. state_ (mutex) moves by acq_rel CAS and exchange: a lock
+ * acquires the previous holder's critical section, an unlock releases its
+ * own (in plain mode the object is one worker's and needs none, bias.c).
+ * The lost-wake-up argument above is about state_ alone, one location, so
+ * it holds on any CPU. owner_, writer_ and runner_ are relaxed: only the
+ * thread that stored its own token can compare equal to it, so a stale
+ * value only ever means "not you". handoff_ is a relaxed hint, re-read
+ * under lock_ before it is acted on; heirs_ and the queues are under lock_.
+ * Semaphore value_ and wait-group count_ change under lock_ (relaxed stores
+ * for the lock-free fern_sem_value read). Once: state_ 2 is stored with
+ * release after fn() and loaded with acquire, so callers that return see
+ * what fn() wrote.
  */
 #include "internal.h"
 

@@ -13,6 +13,15 @@
  * Visibility: the waiter is queued while the caller holds the queue's spin
  * lock; a green thread releases that lock only in the post-switch action,
  * after its registers are saved, so no waker can resume it half-parked.
+ *
+ * Memory ordering. A parker's state is the one word its parties race on. A
+ * waker claims it with an acq_rel CAS (a solo parker: a relaxed store, since
+ * the queue lock it holds already serialises every claimant), fills in
+ * result, index and the data with plain stores, then publishes W_WOKEN with
+ * a release store; the waiter reads state with an acquire load before it
+ * reads any of them. The timer's CAS to W_TIMEDOUT is acq_rel for the same
+ * reason. Spin locks: acquire exchange, release store, relaxed loads while
+ * waiting (the exchange decides).
  */
 #include "internal.h"
 
