@@ -11,18 +11,21 @@
 # fern's own objects. The result for libfern.so is printed either way.
 #   tests/cross/bti.sh BUILD_DIR
 set -eu
-build=${1:?usage: bti.sh BUILD_DIR}
+build=$(cd "${1:?usage: bti.sh BUILD_DIR}" && pwd)
 cross=${CROSS:-aarch64-linux-gnu-}
-objs=$(find "$build/CMakeFiles/fern_obj.dir" -name '*.o' | sort)
-[ -n "$objs" ] || { echo "bti check: no objects under $build/CMakeFiles/fern_obj.dir"; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# The library's objects, exactly: the members of the static archive.
+mkdir "$tmp/o"
+(cd "$tmp/o" && "${cross}ar" x "$build/libfern.a")
+objs=$(ls "$tmp"/o/*.o)
+[ -n "$objs" ] || { echo "bti check: no objects in $build/libfern.a"; exit 1; }
 bad=0
 for o in $objs; do
   "${cross}readelf" -n "$o" | grep -q 'AArch64 feature: BTI, PAC' || {
     echo "bti check: $o does not claim BTI, PAC"; bad=1; }
 done
 [ $bad = 0 ] || exit 1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 # shellcheck disable=SC2086
 "${cross}gcc" -shared -nostdlib -o "$tmp/fern_only.so" $objs
 "${cross}readelf" -n "$tmp/fern_only.so" | grep -q 'AArch64 feature: BTI, PAC' || {
