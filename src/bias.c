@@ -47,6 +47,15 @@
  * Off under ThreadSanitizer (it cannot see the membarrier handshake, so it
  * would report the plain-mode accesses), when membarrier is missing, and
  * with FERN_BIAS=0.
+ *
+ * Memory ordering. The owner's busy = 1 is relaxed and its load of bias_ an
+ * acquire with only a compiler barrier between: membarrier supplies the
+ * missing StoreLoad fence on the owner's CPU when, and only when, a revoker
+ * needs it (the kernel runs a full barrier on every CPU running a thread of
+ * the process, on aarch64 as on x86). busy = 0 is a release store and the
+ * revoker's wait an acquire load, so the plain-mode stores of the last
+ * operation are visible before BIAS_SHARED is published (release). bias_
+ * itself changes by acq_rel CAS; revocations is a relaxed counter.
  */
 #include "internal.h"
 

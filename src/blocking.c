@@ -7,6 +7,11 @@
  * through its waiter, which sends it back to its cluster's inbox. Helpers are
  * started on demand (a job queued while no helper is idle) up to `max`, and
  * stop after HELPER_IDLE_NS without work. fern_shutdown stops them all.
+ *
+ * Memory ordering: the job queue and the helper count are under the pool's
+ * lock; a job's completion reaches its caller through a parker (wait.c).
+ * The one-time warning flag is a relaxed exchange (only one message
+ * matters), the wait notes relaxed (fern_dump).
  */
 #include "internal.h"
 

@@ -23,6 +23,11 @@
  * still has waiters, not the one that fired (it may be destroyed already),
  * and unlinks them. Close and every waker leave a waiter they could not
  * claim linked, for its own thread to unlink: destroy says EBUSY until then.
+ *
+ * Memory ordering: every field is read and written under the channel's spin
+ * lock (acquire/release); closed is stored relaxed under it for lock-free
+ * readers, which only use it as a hint. The wait_what/wait_obj notes are
+ * relaxed: fern_dump reads them for display only.
  */
 #include "internal.h"
 

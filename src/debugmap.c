@@ -7,9 +7,9 @@
  * before shutdown, so walking the chunks and keeping descriptors whose
  * `alloc` is A_LIVE finds all green threads (fern_dump walks the same
  * list). A parked or runnable thread's registers are on its own stack at
- * `sp`, in the frame fern_ctx_switch pushed (src/arch/switch_x86_64.S); a
- * running thread's are in the kernel thread of the worker whose `cur` it
- * is, found through rt.clusters.
+ * `sp`, in the frame fern_ctx_switch pushed (ARCH_DEBUG_FRAME in the
+ * architecture's header describes it); a running thread's are in the kernel
+ * thread of the worker whose `cur` it is, found through rt.clusters.
  *
  * fern_debug_map is the one exported symbol a debugger needs. It is
  * read-only data: offsets and sizes of the fields the gdb extension
@@ -110,14 +110,5 @@ __attribute__((visibility("default"), used)) const struct fern_debug_map fern_de
     .w_tid = OFF(struct worker, tid),
     .s_lo = OFF(struct stack, lo),
     .s_size = OFF(struct stack, size),
-    /* fern_ctx_switch pushes rbp, rbx, r12..r15, then 8 bytes of MXCSR
-     * and x87 control word, below the return address of its call. */
-    .frame_size = 64,
-    .f_rip = 56,
-    .f_rbp = 48,
-    .f_rbx = 40,
-    .f_r12 = 32,
-    .f_r13 = 24,
-    .f_r14 = 16,
-    .f_r15 = 8,
+    ARCH_DEBUG_FRAME,
 };

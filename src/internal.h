@@ -37,6 +37,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arch/arch.h"
+
 #if defined(__SANITIZE_ADDRESS__)
 #define FERN_ASAN 1
 #elif defined(__has_feature)
@@ -55,15 +57,6 @@
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
 
-/* Start loading the cache line at p. Not __builtin_prefetch: GCC 12 deletes
- * calls to a static function whose only effect is that builtin (it takes
- * the function for one without side effects), so helpers built on it
- * silently vanished. */
-static inline __attribute__((always_inline)) void prefetch(const void *p)
-{
-    __asm__ volatile("prefetcht0 %0" : : "m"(*(const char *)p));
-}
-
 #define LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define LOAD_RELAXED(p) __atomic_load_n((p), __ATOMIC_RELAXED)
 #define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
@@ -71,14 +64,6 @@ static inline __attribute__((always_inline)) void prefetch(const void *p)
 #define ADD_RELAXED(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
 #define CAS(p, expp, v) \
     __atomic_compare_exchange_n((p), (expp), (v), false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)
-
-/* A full fence. A locked RMW on a local is one on x86 and, unlike
- * atomic_thread_fence, ThreadSanitizer accepts it. */
-static inline void full_fence(void)
-{
-    uint32_t x = 0;
-    __atomic_fetch_or(&x, 0, __ATOMIC_SEQ_CST);
-}
 
 struct worker;
 struct fern_cluster;
@@ -536,19 +521,10 @@ extern struct runtime rt;
  * of worker-local state goes through worker_self(), which reads the TLS slot
  * with a volatile asm: it is re-executed at each use (never merged with an
  * earlier read), and its memory clobber keeps it from moving across a
- * switch. Two instructions, inlined. */
+ * switch. A few instructions, inlined (arch.h). */
 extern __thread struct worker *fern_tls_worker_
     __attribute__((tls_model("initial-exec"), visibility("hidden")));
-static inline struct worker *worker_self(void)
-{
-    struct worker *w;
-    __asm__ volatile("movq fern_tls_worker_@gottpoff(%%rip), %0\n\t"
-                     "movq %%fs:(%0), %0"
-                     : "=r"(w)
-                     :
-                     : "memory");
-    return w;
-}
+static inline struct worker *worker_self(void) { return ARCH_TLS_LOAD(fern_tls_worker_); }
 /* A stack of class cls is in w's cache (binding it is cheap: no fault). */
 static inline bool stack_ready(struct worker *w, int cls)
 {
@@ -741,23 +717,17 @@ void timers_move(struct worker *from, struct worker *to);
 /* thread.c internals used by sched.c */
 fern_thread *thread_alloc(struct worker *w);
 void thread_free(struct worker *w, fern_thread *t);
-void thread_entry(void *from, fern_thread *self) __attribute__((noreturn));
 void threads_fini(uint64_t *abandoned);
 void keys_run_dtors(struct keyval **vals);
 bool stack_bind(struct worker *w, fern_thread *t);
 
-/* arch */
-/* The C bodies of the public entry points that switch_x86_64.S defines as
+/* The C bodies of the public entry points that arch/x86_64/switch.S defines as
  * jump_return trampolines (same contract as the public function). */
 void fern_yield_body(void);
 int fern_join_body(fern_thread *t, void **ret);
 int fern_chan_send_body(fern_chan *ch, const void *elem);
 int fern_chan_recv_body(fern_chan *ch, void *elem);
 int fern_cond_wait_body(fern_cond *c, fern_mutex *m);
-void *fern_ctx_switch(void **save_sp, void *new_sp, void *arg);
-void fern_ctx_entry(void);
-void fern_ctx_start(void *top, fern_thread *t) __attribute__((noreturn));
-void *ctx_init(char *top, fern_thread *self);
 bool shadow_stack_active(void);
 
 /* io.c */

@@ -89,6 +89,21 @@
  *    anyone waits on an fd, so ready fds are served even under load.
  * Events only ready threads (sched_ready): a thread of another cluster goes to
  * that cluster's inbox.
+ *
+ * Memory ordering. The per-direction state words (rst, wst) change only by
+ * RMW (acq_rel; st_begin's is seq_cst so the system call after it cannot be
+ * ordered before it), one location, so the READY/DRAINED/tick logic holds on
+ * any CPU.
+ * IO.chunks and the chunk slots are published with release (store or CAS)
+ * after the chunk is initialised, and read with acquire. registered is
+ * stored with release after epoll_ctl(ADD) and loaded with acquire. The
+ * poll owner's in_epoll and a waker's sleep_word form the store-buffer
+ * pattern with sched.c: a full_fence on each side. poll_owner: acquire CAS
+ * to take, release store to give up. wake_pending: acq_rel exchange, so
+ * one eventfd write per wake. waiters: a relaxed count (io_active is a
+ * hint); a plain thread about to wait fences after counting itself, then
+ * wakes a worker if it sees no poll owner, and that worker sees the count.
+ * rdl, wdl, tcp: relaxed, per-fd settings read as of the call.
  */
 #include "internal.h"
 #include "hookapi.h"

@@ -23,7 +23,7 @@
  *   - the stack has room below the 128-byte red zone for the trampoline's
  *     frame (registers, XSAVE area, the scheduler's frames).
  * If so it pushes the interrupted PC below the red zone and points the
- * context at fern_preempt_tramp (src/arch/preempt_x86_64.S), which after the
+ * context at fern_preempt_tramp (src/arch/x86_64/preempt.S), which after the
  * kernel's sigreturn saves every register, the flags and the vector state,
  * calls preempt_yield() and restores them exactly. Otherwise it counts a
  * deferred preemption and the monitor asks again on its next tick.

@@ -58,6 +58,43 @@
  * and ends. Slots are never removed (others iterate over them without
  * locks): an ended spare's slot stays, empty, and a later start reuses it.
  * c->nworkers only grows, published with release after the slot is filled.
+ *
+ * Memory ordering (each atomic here; reviewed for weakly ordered CPUs such as
+ * aarch64, where x86's store order no longer hides a missing acquire or
+ * release: see docs/platforms.md):
+ *   rq_tail   release store by the owner after writing the slot; acquire
+ *             loads by thieves and runq_empty, so a slot read after seeing
+ *             the tail holds the thread written before it.
+ *   rq_head   acq_rel CAS by owner and thieves. A thief reads the slots
+ *             (relaxed) before its CAS, whose release half keeps those reads
+ *             before the new head; the owner loads head with acquire before
+ *             reusing a slot, so it never overwrites one still being read.
+ *   rq[]      relaxed: published by rq_tail, retired by rq_head.
+ *   next      exchange (acq_rel, seq_cst in sched_ready) by the owner, CAS
+ *             after an acquire load by a stealing spinner: the thread's
+ *             state, written before the hand-off, is seen by its taker.
+ *   nidle, sleep_word, in_epoll (and the inbox and rings they guard): the
+ *             store-buffer pattern above, a full_fence on each side
+ *             (dmb ish on aarch64, arch.h). sleep_word is also stored with
+ *             release before its futex wake. The loads of nidle and
+ *             nspinning right after sched_ready's exchange are seq_cst: a
+ *             relaxed load may be satisfied before an exclusive
+ *             store-release is visible on aarch64, and the hand-off would
+ *             wait for the 1 ms re-look (on x86 both compile to plain movs).
+ *   nspinning relaxed increment (a hint for wakers), seq_cst decrement
+ *             before the spinner's last look, ordered with hand-offs.
+ *   inbox_n   relaxed: a hint read outside inbox_lock; the list itself is
+ *             only touched under that (acquire/release) spin lock.
+ *   stopping, rt.running: release store, acquire loads: whoever sees the
+ *             flag also sees what was set up or torn down before it.
+ *   wakers    relaxed increment (the caller still holds the cluster), release
+ *             decrement once the wake is done; cluster_stop's acquire load
+ *             of 0 comes after every waker's last touch of the cluster.
+ *   counters  (n_switches, n_steals, n_sleeps, n_migrations, live_delta,
+ *             live_ext, spawned_ext; COUNT) relaxed: written by one worker or
+ *             added atomically, read by fern_stats, fern_dump and spinners as
+ *             hints that tolerate stale values.
+ *   run_state, stack (for fern_dump): relaxed, diagnostics only.
  */
 #include "internal.h"
 #include "probes.h"
@@ -722,9 +759,12 @@ void sched_ready(fern_thread *t)
         if (old)
             runq_put(w, old);
         /* An idle worker watches for a hand-off that waits too long behind
-         * a busy thread (see find_work); one spinner is enough. */
-        if (LOAD_RELAXED(&w->cluster->nidle) && !LOAD_RELAXED(&w->cluster->nspinning))
-            cluster_wake(w->cluster);
+         * a busy thread (see find_work); one spinner is enough. seq_cst
+         * loads: ordered after the exchange's store (see the header). */
+        struct fern_cluster *c = w->cluster;
+        if (__atomic_load_n(&c->nidle, __ATOMIC_SEQ_CST) &&
+            !__atomic_load_n(&c->nspinning, __ATOMIC_SEQ_CST))
+            cluster_wake(c);
         return;
     }
     inbox_push_wake(t->cluster, t);
@@ -863,7 +903,7 @@ static fern_thread *find_work(struct worker *w)
                 seen_at = 0;
             }
             for (int k = 0; k < 64; k++)
-                __builtin_ia32_pause();
+                cpu_relax();
             continue;
         }
         if (spinning) {
@@ -1199,7 +1239,7 @@ static int runtime_init(const fern_config *cfg, const char *implicit_by)
     if (r)
         return r;
     /* Green threads switch stacks under the CPU's feet and return with
-     * jumps (see switch_x86_64.S): a CET shadow stack would fault. */
+     * jumps (see arch/x86_64/switch.S): a CET shadow stack would fault. */
     if (shadow_stack_active())
         return ENOTSUP;
 

@@ -4,14 +4,18 @@
  *
  * Slabs. Stacks are carved from large MAP_NORESERVE|MAP_ANONYMOUS slabs, one
  * size class (a power of two from 16 KiB to 1 GiB) per slab; a slot is a
- * guard page followed by the stack. Nothing is committed until touched, and
+ * guard page followed by the stack. The page size is sysconf's (4, 16 or
+ * 64 KiB on aarch64), never assumed: a class smaller than a page gets a
+ * whole page, and trimming keeps page-aligned ranges. Nothing is committed until touched, and
  * MADV_NOHUGEPAGE keeps transparent huge pages from turning a one-page stack
  * into 2 MiB. A slab is one mapping, so a million stacks cost a few thousand
  * mappings, far below vm.max_map_count (65530 by default).
  *
  * Guards, best first (fern_stats says which each stack got):
  *  1. MADV_GUARD_INSTALL (Linux 6.13+): a guard marker inside the slab's
- *     mapping: faults on access, costs no mapping and no memory.
+ *     mapping: faults on access, costs no mapping and no memory. Used only
+ *     if a probe guard really refuses access: an emulator (qemu-user) may
+ *     accept the advice and ignore it.
  *  2. mprotect(PROT_NONE) on the guard page: splits the mapping, two mappings
  *     per stack, so only GUARD_BUDGET stacks get one (well under the limit,
  *     leaving room for the program's own mappings).
@@ -33,9 +37,16 @@
  *
  * Late binding: a thread gets its stack when it first runs (stack_bind),
  * from the cache of the worker that runs it.
+ *
+ * Memory ordering: pools and slabs are under S.lock. guard_mode and
+ * guard_batch are relaxed: a downgrade is a hint for later slots and each
+ * slot records the mode it got. nclean, ndirty and stack_starved are
+ * relaxed hints read outside the lock and re-checked under it; the
+ * counters (mapped, trims, guards_*) are relaxed, for fern_stats.
  */
 #include "internal.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -52,7 +63,6 @@
 #define MADV_GUARD_INSTALL 102
 #endif
 
-#define PAGE ((size_t)4096)
 #define SLAB_SLOTS_MIN 16u
 #define SLAB_SLOTS_MAX 1024u
 #define GUARD_BATCH 16u
@@ -80,6 +90,7 @@ struct class_pool {
 
 static struct {
     uint32_t lock;
+    size_t page;                 /* sysconf(_SC_PAGESIZE) */
     int guard_mode;
     bool guard_batch;            /* process_madvise guards a batch of slots */
     uint32_t guard_budget;
@@ -109,14 +120,41 @@ int stack_class(size_t size, size_t *rounded)
 
 static size_t class_size(int cls) { return FERN_STACK_MIN << cls; }
 
+/* Usable bytes of a class-cls stack: the class size, or a whole page if the
+ * page is bigger (both are powers of two), so every guard and every stack
+ * starts on a page boundary. */
+static size_t class_span(int cls)
+{
+    size_t size = class_size(cls);
+    return size < S.page ? S.page : size;
+}
+
+/* Does the page at p refuse access? Asked through write(2) from it, which
+ * fails with EFAULT instead of raising a signal, and is answered from the
+ * same page tables the program's own accesses use (the emulator's, under
+ * qemu-user). If no pipe can be had, the guard is taken on trust. */
+static bool page_refuses_access(const char *p)
+{
+    int fd[2];
+    if (pipe2(fd, O_CLOEXEC) != 0)
+        return true;
+    bool refused = write(fd[1], p, 1) < 0 && errno == EFAULT;
+    close(fd[0]);
+    close(fd[1]);
+    return refused;
+}
+
 static bool guard_install_works(void)
 {
-    char *p = mmap(NULL, 2 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+    size_t pg = S.page;
+    char *p = mmap(NULL, 2 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                    -1, 0);
     if (p == MAP_FAILED)
         return false;
-    bool ok = madvise(p, PAGE, MADV_GUARD_INSTALL) == 0;
-    munmap(p, 2 * PAGE);
+    int saved = errno;
+    bool ok = madvise(p, pg, MADV_GUARD_INSTALL) == 0 && page_refuses_access(p);
+    errno = saved;
+    munmap(p, 2 * pg);
     return ok;
 }
 
@@ -135,13 +173,14 @@ static long guard_batch_call(const struct iovec *v, size_t n)
  * that way; older kernels say EBADF or EINVAL. */
 static bool guard_batch_works(void)
 {
-    char *p = mmap(NULL, 4 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+    size_t pg = S.page;
+    char *p = mmap(NULL, 4 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                    -1, 0);
     if (p == MAP_FAILED)
         return false;
-    struct iovec v[2] = {{p, PAGE}, {p + 2 * PAGE, PAGE}};
-    bool ok = guard_batch_call(v, 2) == (long)(2 * PAGE);
-    munmap(p, 4 * PAGE);
+    struct iovec v[2] = {{p, pg}, {p + 2 * pg, pg}};
+    bool ok = guard_batch_call(v, 2) == (long)(2 * pg) && page_refuses_access(p + 2 * pg);
+    munmap(p, 4 * pg);
     return ok;
 }
 
@@ -150,6 +189,8 @@ int stack_init(void)
     if (S.inited)
         return 0;
     memset(&S, 0, sizeof S);
+    long pg = sysconf(_SC_PAGESIZE);
+    S.page = pg > 0 ? (size_t)pg : 4096;
     S.guard_budget = config.guard_budget;
     if (config.guard == CONFIG_GUARD_CANARY)
         S.guard_mode = FERN_GUARD_CANARY;
@@ -204,7 +245,7 @@ static size_t slot_index(const struct class_pool *p, const char *slot, size_t st
 static char *slot_reserve(int cls, int *mode, bool *pre, struct guard_job *job)
 {
     struct class_pool *p = &S.cls[cls];
-    size_t size = class_size(cls), stride = size + PAGE;
+    size_t stride = class_span(cls) + S.page;
     if (p->carve == p->carve_end) {
         uint32_t slots = p->slab_slots ? p->slab_slots * 2 : SLAB_SLOTS_MIN;
         if (slots > SLAB_SLOTS_MAX)
@@ -265,10 +306,11 @@ static bool guard_run(int cls, char *slot, const struct guard_job *job, size_t s
 {
     struct iovec v[GUARD_BATCH];
     size_t n = 0;
-    v[n++] = (struct iovec){slot, PAGE};
+    size_t pg = S.page;
+    v[n++] = (struct iovec){slot, pg};
     for (char *q = job->lo; q < job->hi; q += stride)
-        v[n++] = (struct iovec){q, PAGE};
-    if (guard_batch_call(v, n) != (long)(n * PAGE)) {
+        v[n++] = (struct iovec){q, pg};
+    if (guard_batch_call(v, n) != (long)(n * pg)) {
         STORE_RELAXED(&S.guard_batch, false);
         return false;
     }
@@ -287,14 +329,14 @@ static bool guard_run(int cls, char *slot, const struct guard_job *job, size_t s
  * (unless its guard is in already) and write its header. */
 static struct stack *slot_init(char *slot, int cls, int mode, bool guarded)
 {
-    size_t size = class_size(cls);
-    if (mode == FERN_GUARD_MADVISE && !guarded && madvise(slot, PAGE, MADV_GUARD_INSTALL) != 0) {
+    size_t size = class_span(cls), pg = S.page;
+    if (mode == FERN_GUARD_MADVISE && !guarded && madvise(slot, pg, MADV_GUARD_INSTALL) != 0) {
         STORE_RELAXED(&S.guard_mode, FERN_GUARD_MPROTECT);
         mode = FERN_GUARD_CANARY;
     }
-    if (mode == FERN_GUARD_MPROTECT && mprotect(slot, PAGE, PROT_NONE) != 0)
+    if (mode == FERN_GUARD_MPROTECT && mprotect(slot, pg, PROT_NONE) != 0)
         mode = FERN_GUARD_CANARY;
-    char *lo = slot + PAGE;
+    char *lo = slot + pg;
     struct stack *s = (struct stack *)(lo + size - sizeof(struct stack));
     s->lo = lo;
     s->size = size;
@@ -313,7 +355,9 @@ static struct stack *slot_init(char *slot, int cls, int mode, bool guarded)
     return s;
 }
 
-/* Return a stack's pages below the top STACK_KEEP bytes to the kernel.
+/* Return a stack's pages below the top STACK_KEEP bytes (rounded to whole
+ * pages: madvise would round a partial page up, into the kept part) to the
+ * kernel.
  * Most threads never reach below STACK_KEEP, and MADV_DONTNEED is not free
  * even on an untouched range: it flushes the TLB of every CPU running this
  * process, so an idle worker trimming a burst of exited threads' stacks
@@ -323,14 +367,15 @@ static struct stack *slot_init(char *slot, int cls, int mode, bool guarded)
 #define TRIM_PROBE_MAX ((size_t)1 << 20)
 static void trim(struct stack *s)
 {
-    if (s->size > STACK_KEEP) {
-        size_t len = s->size - STACK_KEEP;
+    size_t pg = S.page;
+    size_t len = s->size > STACK_KEEP ? (s->size - STACK_KEEP) & ~(pg - 1) : 0;
+    if (len) {
         bool used = true;
         if (len <= TRIM_PROBE_MAX) {
-            unsigned char vec[TRIM_PROBE_MAX / 4096];
+            unsigned char vec[TRIM_PROBE_MAX / 4096]; /* pages are at least 4 KiB */
             if (mincore(s->lo, len, vec) == 0) {
                 used = false;
-                for (size_t i = 0; i < (len + 4095) / 4096 && !used; i++)
+                for (size_t i = 0; i < len / pg && !used; i++)
                     used = vec[i] & 1;
             }
         }
@@ -385,7 +430,7 @@ struct stack *stack_get(struct worker *w, int cls)
         spin_unlock(&S.lock);
         if (slot) {
             if (job.lo != job.hi)
-                pre = guard_run(cls, slot, &job, class_size(cls) + PAGE);
+                pre = guard_run(cls, slot, &job, class_span(cls) + S.page);
             s = slot_init(slot, cls, mode, pre);
         }
         if (!s)
@@ -555,7 +600,7 @@ bool stack_in_guard(const struct stack *s, const void *addr)
     const char *a = addr;
     if (s->guard == FERN_GUARD_CANARY)
         return a >= s->lo && a < s->lo + 256;
-    return a >= s->lo - PAGE && a < s->lo;
+    return a >= s->lo - S.page && a < s->lo;
 }
 
 void stack_stats(struct fern_stats *st)
@@ -591,7 +636,7 @@ bool shadow_stack_active(void)
 }
 
 #ifndef __x86_64__
-/* Where no jump_return trampolines exist (they are in switch_x86_64.S), the
+/* Where no jump_return trampolines exist (they are in arch/x86_64/switch.S), the
  * public blocking calls are plain calls of their bodies. */
 void fern_yield(void) { fern_yield_body(); }
 int fern_join(fern_thread *t, void **ret) { return fern_join_body(t, ret); }
@@ -600,21 +645,3 @@ int fern_chan_recv(fern_chan *ch, void *elem) { return fern_chan_recv_body(ch, e
 int fern_cond_wait(fern_cond *c, fern_mutex *m) { return fern_cond_wait_body(c, m); }
 #endif
 
-/* Build the first frame of a green thread below its stack header: the frame
- * fern_ctx_switch pops (MXCSR/x87 CW, r15..rbp) and a return into
- * fern_ctx_entry, with rbx = the thread and r12 = thread_entry. */
-void *ctx_init(char *top, fern_thread *self)
-{
-    uintptr_t sp = ((uintptr_t)top & ~(uintptr_t)15) - 64;
-    uint64_t *f = (uint64_t *)sp;
-    ((uint32_t *)f)[0] = 0x1F80; /* MXCSR: all exceptions masked, round to nearest */
-    ((uint32_t *)f)[1] = 0x037F; /* x87 CW: default */
-    f[1] = 0;                        /* r15 */
-    f[2] = 0;                        /* r14 */
-    f[3] = 0;                        /* r13 */
-    f[4] = (uint64_t)(uintptr_t)thread_entry; /* r12 */
-    f[5] = (uint64_t)(uintptr_t)self;         /* rbx */
-    f[6] = 0;                                 /* rbp */
-    f[7] = (uint64_t)(uintptr_t)fern_ctx_entry;
-    return (void *)sp;
-}

@@ -36,6 +36,19 @@
  * it. Nothing is woken until it can run. A signal does not do this: the
  * signaller usually locks the mutex again at once, and a hand-off would make
  * it wait for the woken thread (a convoy).
+ *
+ * Memory ordering. state_ (mutex) moves by acq_rel CAS and exchange: a lock
+ * acquires the previous holder's critical section, an unlock releases its
+ * own (in plain mode the object is one worker's and needs none, bias.c).
+ * The lost-wake-up argument above is about state_ alone, one location, so
+ * it holds on any CPU. owner_, writer_ and runner_ are relaxed: only the
+ * thread that stored its own token can compare equal to it, so a stale
+ * value only ever means "not you". handoff_ is a relaxed hint, re-read
+ * under lock_ before it is acted on; heirs_ and the queues are under lock_.
+ * Semaphore value_ and wait-group count_ change under lock_ (relaxed stores
+ * for the lock-free fern_sem_value read). Once: state_ 2 is stored with
+ * release after fn() and loaded with acquire, so callers that return see
+ * what fn() wrote.
  */
 #include "internal.h"
 
@@ -179,7 +192,7 @@ static __attribute__((noinline)) int mutex_lock_slow(fern_mutex *m, int64_t dead
     if (!plain && !LOAD_RELAXED(&m->handoff_) && (!me->w || LOAD_RELAXED(&me->w->cluster->nworkers) > 1)) {
         for (int round = 0; round < 4; round++) {
             for (int k = 0; k < 30; k++)
-                __builtin_ia32_pause();
+                cpu_relax();
             uint32_t z = 0;
             if (LOAD_RELAXED(&m->state_) == 0 && CAS(&m->state_, &z, 1)) {
                 STORE_RELAXED(&m->owner_, self);

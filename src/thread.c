@@ -14,6 +14,16 @@
  * freed there; a joiner is woken after tlock is released (the joiner frees
  * the descriptor, tlock included). A joiner queues itself under tlock and
  * releases tlock only once parked, so the exit path cannot miss it.
+ *
+ * Memory ordering. A descriptor's alloc is stored A_LIVE with release after
+ * every field is initialised and A_FREE with release when it is retired;
+ * join, detach and fern_dump load it with acquire before trusting other
+ * fields. life and joiner are under tlock. Key slots: the destructor is
+ * stored (relaxed) before the word with its generation (release), and
+ * readers load the word with acquire before the destructor. next_id is a
+ * relaxed fetch_add: ids need only be unique. name bytes, wait notes,
+ * run_state, cluster and stack_cls are relaxed: read for display
+ * (fern_dump) or by the thread itself.
  */
 #include "internal.h"
 #include "hookapi.h"

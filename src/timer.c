@@ -17,6 +17,13 @@
  * heap lock and does the waiter's CAS; timer_cancel takes the same lock, so
  * once cancel returns no callback is running or will run for that timer and
  * the waiter (which lives on the parked thread's stack) may go away.
+ *
+ * Memory ordering: the heap is under its spin lock. h->n is stored relaxed
+ * under it and read relaxed outside as a "maybe something due" hint, always
+ * re-read under the lock. t->owner is relaxed: timer_cancel runs in the
+ * thread that parked, after its wake-up, which happens after timer_add (the
+ * waker took the queue lock released after timer_add, and the wake reaches
+ * the thread through the run queue's release/acquire).
  */
 #include "internal.h"
 

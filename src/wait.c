@@ -36,6 +36,15 @@
  *    gone already.
  * A call that *starts* after or concurrently with *_destroy is the caller's
  * bug, as in POSIX; the rule covers every thread that entered earlier.
+ *
+ * Memory ordering. A parker's state is the one word its parties race on. A
+ * waker claims it with an acq_rel CAS (a solo parker: a relaxed store, since
+ * the queue lock it holds already serialises every claimant), fills in
+ * result, index and the data with plain stores, then publishes W_WOKEN with
+ * a release store; the waiter reads state with an acquire load before it
+ * reads any of them. The timer's CAS to W_TIMEDOUT is acq_rel for the same
+ * reason. Spin locks: acquire exchange, release store, relaxed loads while
+ * waiting (the exchange decides).
  */
 #include "internal.h"
 
@@ -49,7 +58,7 @@
 void spin_backoff(unsigned *spins)
 {
     if (++*spins < 256)
-        __builtin_ia32_pause();
+        cpu_relax();
     else
         sched_yield();
 }

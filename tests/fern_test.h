@@ -25,6 +25,30 @@
 
 namespace fern_test {
 
+// Death-test style. "threadsafe" re-executes the test binary, so the child
+// starts with no runtime threads. Under qemu-user (FERN_TEST_EMULATED) the
+// host cannot run a re-executed aarch64 binary, so there the child is forked
+// instead ("fast"). That is safe because every death test is in a suite
+// named *DeathTest, which GoogleTest runs before all others: the parent has
+// not started the runtime yet when it forks.
+// How much later than on the host a wake-up may come under emulation:
+// qemu-user translates every new code path and the emulated threads share
+// the host's (busy) cores, so bounds on lateness stretch by this factor.
+// Bounds on earliness never do.
+#ifdef FERN_TEST_EMULATED
+constexpr int kLatenessScale = 5;
+#else
+constexpr int kLatenessScale = 1;
+#endif
+
+inline const char *death_style() {
+#ifdef FERN_TEST_EMULATED
+    return "fast";
+#else
+    return "threadsafe";
+#endif
+}
+
 // FERN_STRESS_SCALE as a double (default 1; sanitizer builds set 0.1).
 inline double stress_scale() {
     const char *s = std::getenv("FERN_STRESS_SCALE");

@@ -1,5 +1,6 @@
 // The context switch: FP control state per thread, unwinders stop at the
-// thread entry, deep frames and alignment.
+// thread entry, deep frames and alignment. Runs on x86_64 and aarch64; the
+// few architecture-specific probes are the fp_ctl helpers below.
 #include "fern_test.h"
 
 #include <cfenv>
@@ -10,14 +11,61 @@
 #include <string>
 #include <unwind.h>
 
-#include <xmmintrin.h>
-
 using namespace fern_test;
 
 namespace {
 
-// Each thread keeps its own rounding mode (MXCSR) and x87 control word
-// across switches on one worker.
+// The floating-point control state a switch keeps per thread, beyond the
+// rounding mode <cfenv> shows: x87 control word and MXCSR on x86_64, FPCR
+// (flush-to-zero, default-NaN, ...) on aarch64.
+#if defined(__x86_64__)
+struct FpCtl {
+    unsigned short cw;
+    unsigned mxcsr;
+    bool operator==(const FpCtl &o) const { return cw == o.cw && mxcsr == o.mxcsr; }
+};
+const FpCtl kFpDefault = {0x037F, 0x1F80};
+FpCtl fp_ctl() {
+    FpCtl f;
+    __asm__ volatile("fnstcw %0" : "=m"(f.cw));
+    __asm__ volatile("stmxcsr %0" : "=m"(f.mxcsr));
+    return f;
+}
+// Change state the rounding mode does not cover: the x87 precision or
+// rounding field (variant picks which), and on variant 1 MXCSR's
+// flush-to-zero and denormals-are-zero.
+void fp_ctl_mark(int variant) {
+    FpCtl f = fp_ctl();
+    f.cw = (unsigned short)((f.cw & ~0x0300u) | (variant ? 0x0200u : 0x0000u));
+    __asm__ volatile("fldcw %0" ::"m"(f.cw));
+    if (variant) {
+        f.mxcsr |= 0x8040;
+        __asm__ volatile("ldmxcsr %0" ::"m"(f.mxcsr));
+    }
+}
+#elif defined(__aarch64__)
+struct FpCtl {
+    unsigned long fpcr;
+    bool operator==(const FpCtl &o) const { return fpcr == o.fpcr; }
+};
+const FpCtl kFpDefault = {0};
+FpCtl fp_ctl() {
+    FpCtl f;
+    __asm__ volatile("mrs %0, fpcr" : "=r"(f.fpcr));
+    return f;
+}
+// FPCR bits <cfenv> does not touch: default-NaN (25), and on variant 1
+// flush-to-zero (24) too.
+void fp_ctl_mark(int variant) {
+    unsigned long v = fp_ctl().fpcr | (1ul << 25) | (variant ? 1ul << 24 : 0);
+    __asm__ volatile("msr fpcr, %0" ::"r"(v));
+}
+#else
+#error "test_arch.cc knows x86_64 and aarch64"
+#endif
+
+// Each thread keeps its own rounding mode and the rest of its FP control
+// state across switches on one worker.
 TEST(Arch, FloatingPointControlIsPerThread) {
     fern_cluster *c;
     ASSERT_EQ(0, fern_cluster_create(&c, 1));
@@ -25,15 +73,11 @@ TEST(Arch, FloatingPointControlIsPerThread) {
     auto body = [&](int mode) {
         return [&, mode] {
             std::fesetround(mode);
-            unsigned short cw;
-            __asm__ volatile("fnstcw %0" : "=m"(cw));
-            unsigned short mine = (unsigned short)((cw & ~0x0300u) | (mode == FE_UPWARD ? 0x0200u : 0x0300u));
-            __asm__ volatile("fldcw %0" ::"m"(mine));
+            fp_ctl_mark(mode == FE_UPWARD);
+            FpCtl mine = fp_ctl();
             for (int i = 0; i < 1000; i++) {
                 fern_yield();
-                unsigned short now;
-                __asm__ volatile("fnstcw %0" : "=m"(now));
-                if (std::fegetround() != mode || now != mine)
+                if (std::fegetround() != mode || !(fp_ctl() == mine))
                     return (void *)nullptr;
             }
             ok++;
@@ -48,11 +92,14 @@ TEST(Arch, FloatingPointControlIsPerThread) {
     EXPECT_EQ(2, ok.load());
     // A new thread starts with the default modes, whatever its worker ran.
     int fresh = -1;
+    FpCtl fresh_ctl{};
     ASSERT_EQ(0, run_green([&] {
         fresh = std::fegetround();
+        fresh_ctl = fp_ctl();
         return nullptr;
     }));
     EXPECT_EQ(FE_TONEAREST, fresh);
+    EXPECT_TRUE(fresh_ctl == kFpDefault);
     EXPECT_EQ(0, fern_cluster_destroy(c));
 }
 
@@ -84,8 +131,7 @@ struct RelayProbe {
     fern_key key{};
     const char *a_local = nullptr, *b_local = nullptr;
     int b_round = -1, b_errno = -1;
-    unsigned short b_cw = 0;
-    unsigned b_mxcsr = 0;
+    FpCtl b_ctl{};
     void *b_key = (void *)1;
     fern_thread *b_self = nullptr, *b_handle = nullptr;
     int b_deep = 0;
@@ -104,8 +150,7 @@ void *relay_b(void *arg) {
     char here;
     p->b_local = &here;
     p->b_round = std::fegetround();
-    __asm__ volatile("fnstcw %0" : "=m"(p->b_cw));
-    p->b_mxcsr = _mm_getcsr();
+    p->b_ctl = fp_ctl();
     p->b_errno = get_errno();
     p->b_key = fern_getspecific(p->key);
     p->b_self = fern_self();
@@ -119,10 +164,8 @@ void *relay_a(void *arg) {
     auto *p = static_cast<RelayProbe *>(arg);
     char here;
     p->a_local = &here;
-    std::fesetround(FE_UPWARD);                  // MXCSR and x87
-    unsigned short cw = 0x0F7F;                  // x87: round toward zero
-    __asm__ volatile("fldcw %0" ::"m"(cw));
-    _mm_setcsr(_mm_getcsr() | 0x8040);           // MXCSR: flush-to-zero, DAZ
+    std::fesetround(FE_UPWARD);
+    fp_ctl_mark(1);
     set_errno(123);
     fern_setspecific(p->key, p);
     fern_attr a{};
@@ -148,8 +191,7 @@ TEST(Arch, ExitIntoNewThreadStartsClean) {
     ASSERT_NE(nullptr, p.b_local);
     EXPECT_LT(std::labs(p.a_local - p.b_local), 64 * 1024);
     EXPECT_EQ(FE_TONEAREST, p.b_round);
-    EXPECT_EQ(0x037F, p.b_cw);
-    EXPECT_EQ(0x1F80u, p.b_mxcsr);
+    EXPECT_TRUE(p.b_ctl == kFpDefault);
     EXPECT_EQ(0, p.b_errno);
     EXPECT_EQ(nullptr, p.b_key);
     EXPECT_EQ(p.b_handle, p.b_self);
@@ -191,17 +233,19 @@ TEST(Arch, UnwinderStopsAtThreadEntry) {
     EXPECT_LT(frames_bt, 60);
 }
 
-// The stack handed to a new thread is 16-byte aligned as the ABI requires
-// (SSE spills of __m128 locals fault otherwise).
-TEST(Arch, StackAlignedForSse) {
+// The stack handed to a new thread is 16-byte aligned as both ABIs require
+// (aligned vector spills fault otherwise on x86_64; sp-relative accesses
+// fault with a misaligned sp on aarch64).
+typedef float v4sf __attribute__((vector_size(16)));
+TEST(Arch, StackAlignedForVectors) {
     std::atomic<int> ok{0};
     for (int i = 0; i < 20; i++)
         ASSERT_EQ(0, run_green([&] {
             alignas(16) volatile float v[4] = {1, 2, 3, 4};
-            __m128 x = _mm_load_ps(const_cast<float *>(v));
-            x = _mm_add_ps(x, x);
+            v4sf x = {v[0], v[1], v[2], v[3]};
+            x = x + x;
             alignas(16) float out[4];
-            _mm_store_ps(out, x);
+            std::memcpy(out, &x, sizeof out);
             uintptr_t sp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
             if (out[3] == 8.0f && sp % 16 == 0)
                 ok++;
@@ -258,7 +302,7 @@ TEST(Arch, CalleeSavedRegistersSurvive) {
     EXPECT_EQ(0, fern_cluster_destroy(c));
 }
 
-// The blocking entry points that return with a jump (switch_x86_64.S): each
+// The blocking entry points that return with a jump (arch/x86_64/switch.S): each
 // of several threads, running different code and blocking in different
 // calls, gets back to its own call site with its results, its error codes
 // and the values it keeps in callee-saved registers.
@@ -377,6 +421,60 @@ TEST(Arch, JumpReturnEntryPointsHaveUnwindInfo) {
         EXPECT_NE(nullptr, _Unwind_Find_FDE(static_cast<char *>(info.dli_saddr) + 1, &b)) << info.dli_sname;
         EXPECT_EQ(info.dli_saddr, b.func) << info.dli_sname;
     }
+}
+
+// The same with floating-point values live across the yields: on aarch64
+// the compiler keeps them in d8-d15, which the switch must preserve (on
+// x86_64 every vector register is caller-saved, so they are spilled).
+__attribute__((noinline)) double churn_fp(double seed) {
+    double a = seed, b = seed * 0.5, c = seed * 0.25, d = seed + 1, e = seed + 2, f = seed + 3, g = 1.5,
+           h = 2.5;
+    for (int i = 0; i < 2000; i++) {
+        a = a * 0.999 + b;
+        b = b * 0.998 + c;
+        c = c * 0.997 + d;
+        d = d * 0.996 + e;
+        e = e * 0.995 + f;
+        f = f * 0.994 + g;
+        g = g * 0.993 + h;
+        h = h * 0.992 + a * 1e-3;
+        if (i % 5 == 0)
+            fern_yield();
+    }
+    return a + b + c + d + e + f + g + h;
+}
+
+TEST(Arch, CalleeSavedFpRegistersSurvive) {
+    double expect[8];
+    for (int i = 0; i < 8; i++) {
+        double seed = i + 0.125, a = seed, b = seed * 0.5, c = seed * 0.25, d = seed + 1, e = seed + 2,
+               f = seed + 3, g = 1.5, h = 2.5;
+        for (int k = 0; k < 2000; k++) {
+            a = a * 0.999 + b;
+            b = b * 0.998 + c;
+            c = c * 0.997 + d;
+            d = d * 0.996 + e;
+            e = e * 0.995 + f;
+            f = f * 0.994 + g;
+            g = g * 0.993 + h;
+            h = h * 0.992 + a * 1e-3;
+        }
+        expect[i] = a + b + c + d + e + f + g + h;
+    }
+    fern_cluster *c;
+    ASSERT_EQ(0, fern_cluster_create(&c, 1));
+    double got[8];
+    fern_thread *t[8];
+    for (int i = 0; i < 8; i++)
+        ASSERT_EQ(0, spawn_on(&t[i], c, [&, i] {
+            got[i] = churn_fp(i + 0.125);
+            return nullptr;
+        }));
+    for (int i = 0; i < 8; i++)
+        ASSERT_EQ(0, fern_join(t[i], nullptr));
+    for (int i = 0; i < 8; i++)
+        EXPECT_DOUBLE_EQ(expect[i], got[i]) << i; // within 4 ulp: the compiler may fuse differently
+    EXPECT_EQ(0, fern_cluster_destroy(c));
 }
 
 } // namespace

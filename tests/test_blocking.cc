@@ -235,13 +235,13 @@ void cap_child() {
 }
 
 TEST(BlockingDeathTest, EnvMaxCapsPool) {
-    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    GTEST_FLAG_SET(death_test_style, fern_test::death_style());
     EXPECT_EXIT(cap_child(), ::testing::ExitedWithCode(3), "");
 }
 
 // The pool works again after a restart of the runtime.
 TEST(BlockingDeathTest, WorksAfterShutdownAndRestart) {
-    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    GTEST_FLAG_SET(death_test_style, fern_test::death_style());
     EXPECT_EXIT(
         {
             alarm(60);
@@ -299,7 +299,7 @@ void burst_child() {
 }
 
 TEST(BlockingDeathTest, BurstWhileOneHelperIdleGrowsPool) {
-    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    GTEST_FLAG_SET(death_test_style, fern_test::death_style());
     EXPECT_EXIT(burst_child(), ::testing::ExitedWithCode(0), "");
 }
 

@@ -217,7 +217,7 @@ void catch_block_switch() {
 }
 
 TEST(CxxDeathTest, BlockingInsideCatchHandler) {
-    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    GTEST_FLAG_SET(death_test_style, fern_test::death_style());
     EXPECT_EXIT(catch_block_switch(), ::testing::ExitedWithCode(0), "");
 }
 

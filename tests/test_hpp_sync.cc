@@ -62,7 +62,10 @@ TEST(HppMutex, UniqueLockAndTimed)
     fern::mutex m;
     std::unique_lock<fern::mutex> lk(m);
     EXPECT_TRUE(lk.owns_lock());
-    // Held by the main thread: others cannot take it.
+    // Held by the main thread until the green thread has seen every way of
+    // failing to take it (a handshake, not a sleep: under load or emulation
+    // the failed attempts can take longer than any fixed pause).
+    std::atomic<bool> failed_all{false};
     auto t = fern::spawn([&] {
         EXPECT_FALSE(m.try_lock());
         auto t0 = std::chrono::steady_clock::now();
@@ -71,10 +74,12 @@ TEST(HppMutex, UniqueLockAndTimed)
         EXPECT_FALSE(m.try_lock_until(std::chrono::steady_clock::now() + 2ms));
         std::unique_lock<fern::mutex> tl(m, 1ms); // timed constructor
         EXPECT_FALSE(tl.owns_lock());
+        failed_all = true;
         std::unique_lock<fern::timed_mutex> later(m, std::chrono::steady_clock::now() + 10s);
         return later.owns_lock();
     });
-    std::this_thread::sleep_for(20ms);
+    EXPECT_TRUE(fern_test::wait_until([&] { return failed_all.load(); }));
+    std::this_thread::sleep_for(5ms); // let the timed lock park, usually
     lk.unlock();
     EXPECT_TRUE(t.join());
     EXPECT_TRUE(m.try_lock());
@@ -553,7 +558,7 @@ TEST(HppWaitGroup, AddDoneWait)
 // fern_barrier_wait has the same pattern.
 TEST(HppWaitGroupDeathTest, DestroyedRightAfterWait)
 {
-    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    GTEST_FLAG_SET(death_test_style, fern_test::death_style());
     const int N = static_cast<int>(fern_test::scaled(20000, 2000));
     EXPECT_EXIT(
         {

@@ -440,7 +440,7 @@ TEST(HppThreadLocalPtr, PlainThread)
 // through std::terminate, as std::thread does.
 TEST(HppThreadDeathTest, JoinableDestroyedTerminates)
 {
-    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    GTEST_FLAG_SET(death_test_style, fern_test::death_style());
     EXPECT_DEATH(
         {
             fern::thread t([] { fern::this_thread::sleep_for(1ms); });
@@ -450,7 +450,7 @@ TEST(HppThreadDeathTest, JoinableDestroyedTerminates)
 
 TEST(HppThreadDeathTest, AssignOverJoinableTerminates)
 {
-    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    GTEST_FLAG_SET(death_test_style, fern_test::death_style());
     EXPECT_DEATH(
         {
             fern::thread<void> t([] {});
@@ -461,7 +461,7 @@ TEST(HppThreadDeathTest, AssignOverJoinableTerminates)
 
 TEST(HppThreadDeathTest, ExceptionEscapingGoTerminates)
 {
-    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    GTEST_FLAG_SET(death_test_style, fern_test::death_style());
     EXPECT_DEATH(
         {
             fern::go([] { throw std::runtime_error("nobody catches this"); });

@@ -1193,7 +1193,7 @@ void send_epipe_child() {
 }
 
 TEST(IoDeathTest, SendEpipeWithoutSigpipe) {
-    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    GTEST_FLAG_SET(death_test_style, fern_test::death_style());
     EXPECT_EXIT(send_epipe_child(), ::testing::ExitedWithCode(0), "");
 }
 
@@ -2433,7 +2433,7 @@ TEST(IoShortDeathTest, EdgeDuringShortCallIsNotLost)
 {
     if (!seccomp_usable())
         GTEST_SKIP() << "seccomp filters unavailable here";
-    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    GTEST_FLAG_SET(death_test_style, fern_test::death_style());
     EXPECT_EXIT(edge_during_short_call_child(), ::testing::ExitedWithCode(0), "");
 }
 #endif

@@ -1,4 +1,4 @@
-// Preemption (src/preempt.c, src/arch/preempt_x86_64.S): spinners do not
+// Preemption (src/preempt.c, src/arch/x86_64/preempt.S): spinners do not
 // starve a sleeper, CPU shares are fair, registers and flags survive, a
 // preempted thread resumes on its worker, fern primitives stay correct with a
 // tiny slice, and the signal coexists with the program's own signals.

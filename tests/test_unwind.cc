@@ -165,7 +165,7 @@ TEST(Unwind, GlibcBacktraceEndsAtTheEntryTrampoline)
 // crash while unwinding into the kernel thread's stack.
 TEST(UnwindDeathTest, UncaughtExceptionTerminates)
 {
-    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    GTEST_FLAG_SET(death_test_style, fern_test::death_style());
     EXPECT_EXIT(
         {
             std::set_terminate([] {

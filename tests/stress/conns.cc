@@ -389,17 +389,42 @@ TEST(StressConns, TenThousandConcurrentEchoConnections) {
     std::string a_port = std::to_string(port), a_n = std::to_string(n),
                 a_limit = std::to_string(limit_s * 1000L - (fern_now_ns() - t0) / kMs),
                 a_fd = std::to_string(child_fd), a_ppid = std::to_string((long)getpid());
-    char *cargv[] = {const_cast<char *>(g_argv0), const_cast<char *>(kClientFlag), a_port.data(),
-                     a_n.data(),  a_limit.data(), a_fd.data(), a_ppid.data(), nullptr};
+    // Under qemu-user the host cannot run this (target) binary itself: the
+    // client goes through the emulator command ctest names in
+    // FERN_TEST_EMULATOR, with this binary's path (which qemu reports for
+    // /proc/self/exe) as its program.
+    std::vector<std::string> emu;
+    std::string self = "/proc/self/exe";
+    if (const char *e = getenv("FERN_TEST_EMULATOR")) {
+        for (const char *w = e; *w;) {
+            size_t len = strcspn(w, " ");
+            if (len)
+                emu.emplace_back(w, len);
+            w += len + (w[len] == ' ');
+        }
+        char buf[4096];
+        ssize_t len = readlink("/proc/self/exe", buf, sizeof buf - 1);
+        ASSERT_GT(len, 0) << strerror(errno);
+        self.assign(buf, (size_t)len);
+    }
+    std::vector<char *> cargv;
+    for (auto &w : emu)
+        cargv.push_back(w.data());
+    cargv.push_back(emu.empty() ? const_cast<char *>(g_argv0) : self.data());
+    cargv.push_back(const_cast<char *>(kClientFlag));
+    for (std::string *a : {&a_port, &a_n, &a_limit, &a_fd, &a_ppid})
+        cargv.push_back(a->data());
+    cargv.push_back(nullptr);
     pid_t pid = -1;
-    int src = posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, cargv, environ);
+    int src = emu.empty() ? posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, cargv.data(), environ)
+                          : posix_spawnp(&pid, emu[0].c_str(), nullptr, nullptr, cargv.data(), environ);
     close(child_fd);
     int rfd = p[0];
     std::string text;
     int status = 0;
     bool reaped = false, timed_out = false;
     if (src != 0) {
-        ADD_FAILURE() << "posix_spawn /proc/self/exe: " << strerror(src);
+        ADD_FAILURE() << "posix_spawn " << cargv[0] << ": " << strerror(src);
     } else {
         // Read the report until EOF (the child exits), until the deadline + 30 s.
         int64_t wait_end = s->deadline + 30000 * kMs;

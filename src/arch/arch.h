@@ -1,0 +1,50 @@
+/*
+ * The architecture interface: everything in the runtime that depends on the
+ * CPU is behind this header and one directory per architecture
+ * (x86_64/, aarch64/), so no other file in src/ names an architecture.
+ * Each architecture's arch.h provides:
+ *
+ *   cpu_relax()          one round of a spin-wait loop (x86 pause, Arm isb)
+ *   prefetch(p)          start loading p's cache line; never elided
+ *   full_fence()         order every earlier load and store before every
+ *                        later one (StoreLoad included)
+ *   ARCH_TLS_LOAD(var)   read an initial-exec __thread pointer variable
+ *                        with a volatile asm that also clobbers memory, so
+ *                        the read is redone at each use and never moved
+ *                        across a context switch (DESIGN invariant 4)
+ *   ctx_init(top, self)  build the first frame of a green thread below
+ *                        `top` for fern_ctx_switch to pop; returns its sp
+ *   ARCH_DEBUG_FRAME     the saved frame's layout for debuggers (debugmap.c)
+ *
+ * and its <arch>/switch.S defines fern_ctx_switch, fern_ctx_entry and
+ * fern_ctx_start with the contracts below. Adding an architecture means a
+ * directory here with those two files. Page size is not here: it is
+ * read from sysconf at run time (stack.c), never assumed.
+ */
+#ifndef FERN_ARCH_H
+#define FERN_ARCH_H
+
+#include <fern/fern.h>
+#include <stdint.h>
+
+/* Save the callee-saved registers and floating-point control state on the
+ * current stack, store sp in *save_sp, resume the context whose sp is new_sp
+ * and return `arg` there. */
+void *fern_ctx_switch(void **save_sp, void *new_sp, void *arg);
+/* The first code of a fresh context: calls thread_entry(arg, self) and marks
+ * the bottom of the stack for unwinders. */
+void fern_ctx_entry(void);
+/* Run thread t on a fresh frame at `top` (16-byte aligned), abandoning the
+ * calling context. */
+void fern_ctx_start(void *top, fern_thread *t) __attribute__((noreturn));
+void thread_entry(void *from, fern_thread *self) __attribute__((noreturn));
+
+#if defined(__x86_64__)
+#include "arch/x86_64/arch.h"
+#elif defined(__aarch64__)
+#include "arch/aarch64/arch.h"
+#else
+#error "fern runs on x86_64 and aarch64 only"
+#endif
+
+#endif
