@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # fern: thin wrapper over CMake. `make test` builds and runs every test in a
 # Release build, an ASan+UBSan build and a TSan build, then the install,
 # servers and fuzz checks, and ends with one line `N passed, N failed`.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Helpers shared by the C and C++ benchmark programs (fern, pthread, boost).
  *

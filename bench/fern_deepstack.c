@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* deepstack, fern (one worker): green threads with attr.stack_size =
  * 512 KiB that each touch 256 KiB of stack.
  *  fresh:  N threads alive at once (each touches, then waits on a fern_cond),

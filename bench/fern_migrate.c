@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* migrate, fern: two clusters A and B of k workers each (k = 1, 2; the
  * default cluster has one worker and stays idle). T green threads start on A
  * and each calls fern_migrate(B), fern_migrate(A) 10 times (20 migrations).

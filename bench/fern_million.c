@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* million, fern: N detached green threads (default stack size) each wait on
  * one fern_cond with one fern_mutex; the main green thread waits until all
  * are parked, broadcasts, and waits until all have run. Default workers.

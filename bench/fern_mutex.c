@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* mutex, fern: 4 x workers green threads (8 on a 2-worker runtime) each
  * lock one fern_mutex, increment a shared counter and unlock, N times.
  * ops per second = total increments / wall time (first spawn to last join).

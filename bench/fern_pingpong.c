@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* pingpong, fern: two green threads bounce a counter over two unbuffered
  * fern channels (ping: A -> B, pong: B -> A). ns per round trip
  * (2 sends + 2 receives), first on a one-worker runtime (fern_init

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* preempt, fern: what preemption and the monitor buy, on one worker, in the
  * default configuration (10 ms slice). Targets (issue 11):
  *   late_app_ms      worst lateness of a thread sleeping 1 ms at a time beside

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* prodcons, fern: one producer and one consumer green thread on a one-worker
  * runtime (fern_init workers=1).
  *  condvar: the classic one-slot buffer, a fern_mutex and two fern_conds

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* spawn, fern: fern_spawn + fern_join of trivial green threads in batches of
  * 1000, from a green thread (fern_run), default workers (one per CPU). */
 #include "bench_common.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* switch, fern: context switches whose two sides are not the same code, on a
  * one-worker runtime (argv: N MODE).
  *   asym: two threads running two different functions alternate with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* think, fern: N green threads with attr.stack_size = 1 MiB each touch
  * 900 KiB of their stack (one write per 4 KiB page) and return; windows of
  * 1000 (spawn 1000, join 1000) from a green thread, default workers.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* yield, fern: two green threads on a one-worker runtime alternate with
  * fern_yield(). ns per switch (per yield call); switch_pct = share of yields
  * that actually handed the worker to the other thread. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* hook-pg: 40 green threads on ONE worker, each with its own libpq
  * connection (unmodified libpq, linked with fern-hook), send
  * `SELECT pg_sleep(0.3)` at once; a 1 ms sleeper runs beside them. Prints

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* hook-plain: what fern-hook costs code that never uses green threads. A
  * plain pthread writes one byte into a pipe and reads it back, ITER times.
  * Built twice from this file: hook_plain (linked with fern-hook: every read

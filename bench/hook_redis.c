@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* hook-redis: unmodified hiredis doing SET then GET in a loop from 200
  * clients for a fixed time, against the redis-server on 127.0.0.1:PORT.
  * Mode "green": 200 green threads on the default cluster (linked with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* hook-sleep: 300 green threads on ONE worker, each making one plain 200 ms
  * blocking call of one kind (usleep, nanosleep, poll(NULL, 0, 200), select
  * with a timeout, read of a pipe that a plain thread writes 200 ms later,

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """fern-hook benchmarks (docs/hooks.md): hook-sleep, hook-pg, hook-redis
 (green threads vs pthreads vs redis-benchmark -c 200, same run) and
 hook-plain (a pthread's pipe round trip with and without fern-hook).

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """fern-memcached beside memcached: throughput, CPU cost, memory per item.
 
 Each round starts each server in turn pinned to CPU 0 (`taskset -c 0`), one

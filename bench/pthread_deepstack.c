@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* deepstack, pthreads (process pinned to one CPU): threads with 512 KiB
  * stacks that each touch 256 KiB of stack.
  *  fresh:  N threads alive at once (each touches, then waits on a barrier),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* migrate, pthreads (emulation: kernel threads cannot change pools): two
  * pools of k worker threads, each pool with a FIFO queue (mutex + condvar).
  * A "thread" is a work item; a "migration" is a worker of one pool taking the

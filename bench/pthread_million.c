@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* million, pthreads: N detached kernel threads each wait on one condvar
  * (default N = 10,000: a million kernel threads is out of reach). Metrics as
  * for fern; bytes_per_thread counts VmRSS + VmPTE only, so the kernel's own

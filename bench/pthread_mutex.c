@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* mutex, pthreads: 8 kernel threads (4 x 2 CPUs, not pinned) each lock one
  * pthread_mutex (default type), increment a shared counter and unlock, N
  * times. ops per second = total increments / wall time. */

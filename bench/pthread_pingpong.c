@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* pingpong, pthreads: two kernel threads bounce a counter through two
  * one-slot rendezvous (mutex + condvar; the sender waits until the receiver
  * has taken the value, like an unbuffered channel). ns per round trip.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* prodcons, pthreads: the classic one-slot buffer (pthread_mutex + two
  * pthread_conds, not_full / not_empty), one producer and one consumer
  * kernel thread, the process pinned to one CPU ("1 worker"). ns per item.

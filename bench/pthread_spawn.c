@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* spawn, pthreads: pthread_create + pthread_join of trivial threads in
  * batches of 1000. Default 20,000 threads (not one million: kernel threads
  * cost ~10-20 us each), reported per thread. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* switch, pthreads: the fern_switch.c scenarios with kernel threads pinned to
  * one CPU and sched_yield(2) (argv: N MODE).
  *   asym: two threads running two different functions, N yields each;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* think, pthreads: N kernel threads with 1 MiB stacks, each touches 900 KiB
  * of its stack (one write per 4 KiB page) and returns; windows of 1000
  * (create 1000, join 1000). Default N = 10,000 (not one million: at ~0.3 ms

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* yield, pthreads: two kernel threads pinned to one CPU alternate with
  * sched_yield(2). ns per yield call; switch_pct = how many yields actually
  * handed the CPU to the other thread (the kernel may return at once). */

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """fern benchmark driver (Python standard library only).
 
 Builds the Go and Java peers into build/bench/, runs every scenario for every

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """fern server benchmarks: http, echo, rpc (Python standard library only).
 
 Builds the fern example servers (examples/http, echo_server, rpc) and the peers

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The baseline of the think scenario: n plain calls of bench_touch_stack,
  * spread over `threads` kernel threads running at once, so that it uses as
  * many CPUs as the runtime it is compared with (fern's workers, Go's

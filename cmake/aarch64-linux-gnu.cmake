@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Cross build for 64-bit Arm Linux with Debian's cross toolchain
 # (gcc-aarch64-linux-gnu, g++-aarch64-linux-gnu). Test programs run under
 # qemu-user with the target's libraries from /usr/aarch64-linux-gnu.

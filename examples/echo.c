@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * echo: the echo server and its load client in one process. Starts the server
  * on a free loopback port, runs the client against it on the same runtime

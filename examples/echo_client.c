@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * echo_client: a load generator for echo servers. N connections, one green
  * thread each, every thread sends an M-byte message, reads the echo back in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * echo_server: a TCP echo server, one green thread per connection, written as
  * plain blocking code (read, then write back what was read).

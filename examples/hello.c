@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * hello: the smallest fern program. fern_run starts the runtime and runs
  * main_green as a green thread; it spawns three named threads, joins them and

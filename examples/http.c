@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * http: an HTTP/1.1 server, one green thread per connection, plain sequential
  * code: read, parse every complete request in the buffer, append each answer

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * http_parser: see http_parser.h for what is accepted and the limits.
  *

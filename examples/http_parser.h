@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * http_parser: a small, strict HTTP/1.x request parser for examples/http.c.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * migrate: keep CPU-heavy work off the cluster that must stay responsive.
  * Each job starts on the default cluster, moves itself to a one-worker

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * million: a million green threads alive at once. Each parks on one
  * fern_cond; once all are parked the program prints what they cost, wakes

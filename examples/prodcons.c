@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * prodcons: producers and consumers share a bounded buffer guarded by one
  * fern_mutex and two fern_conds, written exactly as with pthreads. Waiting

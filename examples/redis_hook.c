@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Unmodified client code on green threads: hiredis, as Debian ships it,
  * called from 100 green threads on ONE worker. Nothing here knows about

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rpc: request/response over loopback TCP inside one process, measured two
  * ways with the same code:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Example servers (echo, http, rpc). Included from examples/CMakeLists.txt:
 #   include(${CMAKE_CURRENT_SOURCE_DIR}/servers.cmake)
 # echo.c compiles echo_server.c and echo_client.c in (#include), so they are

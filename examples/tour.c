@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * tour: fern in six measured scenes, under 30 seconds (`make demo`).
  *

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """fern's gdb extension: green threads as gdb sees them, live and in cores.
 
 Commands

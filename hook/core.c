@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fern-hook's start-up and the waits every family shares (model: hook.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fd bookkeeping: the hook's table of descriptors, and the calls that
  * create, copy, inspect and close them (close, dup*, fcntl, ioctl(FIONBIO),

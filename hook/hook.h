@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fern-hook's shared core: raw system calls, the hook's view of each
  * descriptor, and the two ways a hooked call waits.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Names: getaddrinfo, getnameinfo, gethostbyname, gethostbyname_r.
  *

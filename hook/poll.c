@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Waiting for many descriptors: poll, ppoll, select, pselect, epoll_wait,
  * epoll_pwait (and _FORTIFY_SOURCE's __poll_chk, __ppoll_chk).

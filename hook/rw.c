@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Reads and writes: read, readv, write, writev, recv, recvfrom, recvmsg,
  * send, sendto, sendmsg, and the _FORTIFY_SOURCE entry points that code

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Sleeps: sleep, usleep, nanosleep, clock_nanosleep, thrd_sleep.
  *

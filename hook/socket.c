@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Sockets: creating, accepting, connecting, shutting down, and the two
  * options fern-hook reads (SO_RCVTIMEO, SO_SNDTIMEO).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Biased mutexes and condition variables: no locked instruction while only
  * one worker's green threads use them.

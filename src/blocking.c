@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The blocking pool: helper kernel threads for work that cannot be made
  * non-blocking (regular files, DNS, foreign libraries).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Channels and select, with Go's semantics.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Configuration: the runtime's settings from fern_config and the environment,
  * read and checked in one place. docs/configuration.md is the table of every

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Crash reports and the dump signal.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Deadlock reports, made by the monitor (monitor.c) every DL_SCAN_NS.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Faults and introspection: the stack-overflow report, fern_stats, fern_dump.
  *

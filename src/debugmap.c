@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The debugger's map of the runtime: where a debugger finds every green
  * thread without running code in the process (so it works on core files).

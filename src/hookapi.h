@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * What libfern lends to libfern-hook (hook/), and nothing else.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * I/O: the readiness poller and the fd calls that park.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The monitor: one runtime kernel thread per process that watches the
  * workers while any of them is busy, and sleeps while all are idle.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Asynchronous preemption of green threads that run past their time slice.
  *

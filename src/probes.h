@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * USDT probes (provider "fern"), for perf probe, bpftrace, systemtap, gdb.
  *

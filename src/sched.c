@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The M:N scheduler: clusters of workers, run queues, switching, idling.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Stacks: reserved address space, committed on touch, guarded, pooled,
  * trimmed, bound late.

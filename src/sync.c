@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Mutex and condition variable, for green and plain threads alike.
  *

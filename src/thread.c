@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Green thread lifecycle: spawn, run, exit, join, detach; ids, names,
  * green-thread-local keys.

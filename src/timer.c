@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Timers: deadlines for sleeps and timed waits.
  *

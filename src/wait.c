@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The one waiting mechanism every blocking primitive uses.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Victim for the overflow tests of test_stack.cc, built with
  * -fstack-clash-protection (what `pkg-config --cflags fern` and the CMake
  * target give): the prologue probes each page of the frame in order, so the

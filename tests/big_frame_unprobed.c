@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Victims for the overflow tests of test_stack.cc, built with
  * -fno-stack-clash-protection (the compilers' default): a frame far larger
  * than the guard page moves the stack pointer past the guard without

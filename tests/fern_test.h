@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 // Shared helpers for the fern GoogleTest suites: run C++ callables as green
 // threads, scale counts by FERN_STRESS_SCALE, shut the runtime down at the end
 // of each test binary (so LeakSanitizer sees a clean process), and a watchdog

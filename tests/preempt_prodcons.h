@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 // The coursework's producer/consumer (one-slot buffer, a mutex and two
 // condition variables) run with a tiny time slice beside spinners, so
 // preemption lands inside and around every fern primitive call: every 64th

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Runs the named steps of `make test` one after the other and ends with one
 # line `N passed, N failed` (`, N skipped` when something did not run), alone
 # on its line, for people and CI to read. Exit status 0 only when nothing

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The context switch: FP control state per thread, unwinders stop at the
 // thread entry, deep frames and alignment. Runs on x86_64 and aarch64; the
 // few architecture-specific probes are the fp_ctl helpers below.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // fern_barrier: init/destroy errors, zeroed barrier is EINVAL until
 // initialised, exactly one FERN_BARRIER_SERIAL_THREAD per round, nobody
 // leaves a round before everyone arrived, green and plain threads mixed.

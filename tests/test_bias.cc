@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Biased mutexes and condition variables (src/bias.c): on a one-worker
 // cluster they run without locked instructions until another kernel thread
 // (a plain thread, another cluster's worker) uses them; that revokes the

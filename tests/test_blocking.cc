@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The blocking pool: fern_blocking runs fn on a helper kernel thread while the
 // calling green thread is parked (its worker keeps running others), carries
 // fn's result and errno back, grows on demand up to $FERN_BLOCKING_MAX; from a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // fern_chan: create errors (EINVAL, ENOMEM), buffered and unbuffered
 // send/recv, try and timed forms, close semantics (EPIPE, drain then EPIPE,
 // blocked senders and receivers woken), FIFO per sender, large elements,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Clusters: create/destroy, spawning on a cluster, migration back and forth,
 // destroy errors.
 #include "fern_test.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // fern_cond: wait/signal/broadcast/timedwait between green and plain threads,
 // errors, and no lost wake-ups.
 #include "fern_test.h"

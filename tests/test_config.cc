@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Configuration (src/config.c, docs/configuration.md): every environment
 // variable and fern_config field, valid values taking effect (size suffixes
 // included) and each invalid value failing with EINVAL and exactly one line

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Crash reports (src/crash.c): a fatal signal in a green thread names the
 // thread and still kills with that signal; handlers installed before fern's
 // run first; the dump signal prints fern_dump and the process goes on.

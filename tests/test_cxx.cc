@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // C++ inside green threads: exceptions (also across yields, migrations and
 // with other threads throwing on the same worker) and heavy std:: containers.
 #include "fern_test.h"

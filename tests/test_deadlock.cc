@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Deadlock reports (src/deadlock.c): a fern_mutex ownership cycle is
 // reported once, naming the threads and mutexes, and the program keeps
 // running; waits a plain thread or a timer can still end are never

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Introspection: fern_stats counters and fern_dump output.
 #include "fern_test.h"
 

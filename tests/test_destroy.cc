@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The destroy rule (src/wait.c): *_destroy says EBUSY until no thread that
 // entered an operation on the object is still inside it, woken and timed-out
 // waiters included, so an object may be freed as soon as destroy returns 0.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // fern_mutex hand-off fairness: under heavy contention from threads that keep
 // re-locking (on 2 workers, and plain threads), a thread that locks once gets
 // the mutex within a bounded time, whether it is a green thread on the same

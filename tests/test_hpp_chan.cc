@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // fern.hpp channels and select: fern::channel<T> with trivially copyable,
 // move-only and heap-owning T (no leak, no double destruction, no copy),
 // range-for until close, timeouts, many producers and consumers, errors, and

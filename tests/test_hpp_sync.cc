@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // fern.hpp synchronisation: mutex / shared_mutex with the std lock types,
 // condition_variable (predicate and timed overloads), counting_semaphore,
 // latch, barrier, wait_group, call_once, and std::system_error for misuse.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // fern.hpp threads: fern::thread / spawn / go, join results and exceptions,
 // move-only arguments and results, options, ids, this_thread, the terminate
 // rule of a joinable thread, and fern::thread_local_ptr.

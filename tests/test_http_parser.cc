@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Unit tests of the example HTTP request parser (examples/http_parser.c).
 // The parser is compiled into this suite directly: tests/CMakeLists.txt links
 // every test_*.cc with libfern and GoogleTest only.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // I/O layer: fern_read/write/readv/writev/recv/send/recvfrom/sendto/recvmsg/
 // sendmsg, fern_accept, fern_connect, fern_close, fern_wait_fd and per-fd
 // deadlines, from green threads (they park, the worker keeps running others)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Green-thread-local keys: create/delete/get/set, destructors at exit,
 // isolation between green threads on one worker, plain threads, EAGAIN.
 #include "fern_test.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Unit tests of fern-memcached's ASCII command parser
 // (examples/memcached/ascii_parse.c), compiled into this suite directly.
 // The expected answers were checked against memcached 1.6 itself where

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Unit tests of fern-memcached's binary protocol framing
 // (examples/memcached/binary_parse.c), compiled into this suite directly.
 #include "../examples/memcached/binary_parse.c"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Every misuse documented in fern.h gets its error, never a hang or a crash,
 // and the runtime keeps working afterwards.
 #include "fern_test.h"

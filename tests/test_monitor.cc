@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The monitor (src/monitor.c): timers and queues of a worker stuck in a
 // system call are served elsewhere (issue 17 item 2), compensation workers
 // start and end, an idle process stays asleep, configuration errors.

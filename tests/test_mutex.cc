@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // fern_mutex: lock/trylock/timedlock/unlock, ownership errors, zero-init,
 // and green + plain threads contending on one mutex.
 #include "fern_test.h"

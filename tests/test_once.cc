@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // fern_call_once: fn runs exactly once, concurrent callers (green on 2
 // workers and plain) all wait for it to finish, recursion is EDEADLK,
 // FERN_ONCE_INIT / zero-init, EINVAL.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Preemption (src/preempt.c, src/arch/x86_64/preempt.S): spinners do not
 // starve a sleeper, CPU shares are fair, registers and flags survive, a
 // preempted thread resumes on its worker, fern primitives stay correct with a

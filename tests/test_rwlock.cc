@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // fern_rwlock: read sharing, write exclusion, writer preference, try and timed
 // forms, EDEADLK/EPERM/EAGAIN/EBUSY/EINVAL, zero-init and FERN_RWLOCK_INIT,
 // green and plain threads mixed.

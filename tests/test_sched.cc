@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Scheduler: init/run/shutdown cycles, FERN_WORKERS / FERN_STACK_SIZE,
 // many threads on several workers, spreading, idle CPU, wake-ups of sleeping
 // workers from plain threads, fairness of hand-offs, shutdown with parked

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // fern_select: argument errors, non-blocking and timed forms, uniform choice
 // among ready cases, exactly one case fires, send+recv mixes, NULL-chan cases,
 // closed channels (EPIPE), wake-ups from green and plain threads.

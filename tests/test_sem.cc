@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // fern_sem: init/destroy, wait/trywait/timedwait/post, value, errors
 // (EINVAL, EAGAIN, ETIMEDOUT, EOVERFLOW, EBUSY), zero-init and FERN_SEM_INIT,
 // green and plain threads waking each other, and counting under contention.

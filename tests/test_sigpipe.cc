@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Writing to a socket whose peer has gone: every fern write and send call
 // fails with EPIPE and never raises SIGPIPE, whose default action would end
 // this test process (SIGPIPE is left at SIG_DFL on purpose), from green

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Stacks: deep recursion, overflow reported on stderr, size limits, reuse of
 // pooled stacks, late binding, 100k parked threads, guard accounting.
 #include "fern_test.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Thread lifecycle: spawn, join, detach, go, yield, self, ids, names, exit,
 // and errno kept per green thread across yields, sleeps and migrations.
 #include "fern_test.h"

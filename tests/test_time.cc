@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Clock and sleeps: fern_now_ns is monotonic, sleeps last at least what was
 // asked (and not wildly more), from green and plain threads, many at once.
 #include "fern_test.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // fern_wg: add/done/wait/timedwait, below-zero is EINVAL with nothing
 // changed, EBUSY destroy, zero-init and FERN_WG_INIT, green and plain waiters.
 #include "fern_test.h"

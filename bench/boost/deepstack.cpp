@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // deepstack, Boost.Fiber: fibers with a 512 KiB fixedsize_stack (malloc'd)
 // that each touch 256 KiB of stack.
 //  fresh:  N fibers alive at once (each touches, then waits on a condvar), so

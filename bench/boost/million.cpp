@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // million, Boost.Fiber: N detached fibers each wait on one
 // boost::fibers::condition_variable (with a boost::fibers::mutex), all on the
 // main thread's scheduler. Stack: fixedsize_stack of 16 KiB (see the note

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // mutex, Boost.Fiber: 8 fibers, 4 on each of 2 threads (round_robin, no
 // migration), each locks one boost::fibers::mutex, increments a shared
 // counter and unlocks, N times. ops per second = total / wall time.

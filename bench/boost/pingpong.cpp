@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // pingpong, Boost.Fiber: two fibers bounce a counter over two
 // boost::fibers::unbuffered_channel<long> (ping, pong). ns per round trip.
 //  w1: both fibers on one thread (default round_robin scheduler).

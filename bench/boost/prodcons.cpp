@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // prodcons, Boost.Fiber: one producer and one consumer fiber on one thread.
 //  condvar: one-slot buffer, boost::fibers::mutex + two
 //           boost::fibers::condition_variable (not_full, not_empty);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // spawn, Boost.Fiber: construct + join trivial fibers in batches of 1000,
 // default stack allocator (fixedsize_stack, 128 KiB via malloc).
 #include "../bench_common.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // switch, Boost.Fiber: the fern_switch.c scenarios with fibers on one thread
 // (round_robin) and boost::this_fiber::yield() (argv: N MODE). cold: 10,000
 // fibers with 16 KiB fixedsize_stack (the default 128 KiB malloc per fiber

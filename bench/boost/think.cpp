@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // think, Boost.Fiber: N fibers with a 1 MiB fixedsize_stack (malloc'd), each
 // touches 900 KiB of its stack (one write per 4 KiB page) and returns;
 // windows of 1000 (create 1000, join 1000). Baseline: N plain calls on the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // yield, Boost.Fiber: two fibers on one thread (round_robin scheduler)
 // alternate with boost::this_fiber::yield().
 #include "../bench_common.h"

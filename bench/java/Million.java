@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // million, Java 25 virtual threads: N virtual threads each wait on one
 // Condition of one ReentrantLock (like fern_cond + fern_mutex); signalAll,
 // then wait until every one has run. bytes_per_thread is the growth of

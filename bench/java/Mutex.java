@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // mutex, Java 25 virtual threads: 8 virtual threads on 2 carriers (run with
 // -Djdk.virtualThreadScheduler.parallelism=2 -Djdk.virtualThreadScheduler.maxPoolSize=2)
 // each lock one ReentrantLock (non-fair), increment a shared counter and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // pingpong, Java 25 virtual threads: two virtual threads bounce a counter
 // over two SynchronousQueue<Integer> (ping, pong; a SynchronousQueue has no
 // capacity: put waits for a take, like an unbuffered channel). ns per round

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // prodcons, Java 25 virtual threads: one producer and one consumer virtual
 // thread, one carrier (run with -Djdk.virtualThreadScheduler.parallelism=1
 // -Djdk.virtualThreadScheduler.maxPoolSize=1).

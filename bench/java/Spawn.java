@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // spawn, Java 25 virtual threads: Thread.ofVirtual().start(r) + join() of
 // trivial threads in batches of 1000. A warm-up pass of 100,000 threads
 // (JIT) precedes the measured one.

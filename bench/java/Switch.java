@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // switch, Java 25 virtual threads: the fern_switch.c scenarios with
 // Thread.yield() on one carrier (-Djdk.virtualThreadScheduler.parallelism=1
 // -Djdk.virtualThreadScheduler.maxPoolSize=1). Arguments: N MODE.

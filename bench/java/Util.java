@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Helpers shared by the Java peers of fern's benchmarks. Every program prints
 // lines `scenario java metric value unit` on stdout.
 import java.nio.file.Files;

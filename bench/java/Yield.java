@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // yield, Java 25 virtual threads: two virtual threads alternate with
 // Thread.yield(). Run with -Djdk.virtualThreadScheduler.parallelism=1
 // -Djdk.virtualThreadScheduler.maxPoolSize=1 (one carrier). Three warm-up

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* echo_load: a neutral load generator for echo servers (not built on fern,
  * so it loads every server the same way). One thread, one epoll loop,
  * N connections; each connection keeps exactly one M-byte message in flight:

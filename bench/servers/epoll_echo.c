@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* epoll_echo: the cost floor for TCP echo. One thread, one edge-triggered
  * epoll loop, as few system calls per message as such a loop can make:
  *  - a read that returns less than it asked for emptied the receive queue,

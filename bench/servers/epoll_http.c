@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* epoll_http: the cost floor for HTTP plaintext. One thread, one
  * edge-triggered epoll loop, fixed per-connection buffers; answers every
  * complete request (GET /plaintext or anything else: same answer) and writes

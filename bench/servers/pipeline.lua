@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: MIT
 -- wrk script: send N requests per write (HTTP/1.1 pipelining), default 16.
 --   wrk -t1 -c256 -d3s -s bench/servers/pipeline.lua http://127.0.0.1:PORT/plaintext -- 16
 -- wrk counts every response in Requests/sec; it records one latency per batch.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* pthread_echo: thread per connection, blocking sockets. --port N;
  * --workers ignored. SIGINT/SIGTERM exit the process. */
 #define _GNU_SOURCE

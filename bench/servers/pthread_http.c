@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* pthread_http: thread per connection, blocking sockets (what users have
  * today). Each connection thread reads, answers every complete request in
  * the batch with one write. --port N; --workers ignored. SIGINT/SIGTERM exit

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Shared bits of the C server peers: the CLI contract (--port N, --workers N),
  * the listening socket, and the HTTP plaintext answer (the same headers as
  * examples/http.c: Server, Date, Content-Type, Content-Length). */

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Man pages (section 3) for every function of fern.h, made from fern.h itself.
 
 The header is the one source: a function's page is the comment written

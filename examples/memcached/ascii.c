@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * ascii: the memcached text protocol, one command per step.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * ascii_parse: see ascii_parse.h for the grammar and the results.
  *

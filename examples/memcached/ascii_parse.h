@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * ascii_parse: the memcached ASCII command-line parser of fern-memcached.
  *

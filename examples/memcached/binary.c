@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * binary: the memcached binary protocol, one request per step.
  *

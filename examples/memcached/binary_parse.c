@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * binary_parse: header decoding and per-opcode shape checks (see
  * binary_parse.h). The table below is the whole protocol surface this

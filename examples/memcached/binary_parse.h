@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * binary_parse: the memcached binary protocol's framing, for fern-memcached.
  *

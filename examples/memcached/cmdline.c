@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cmdline: memcached's command line, and the open-file limit it implies.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fern-memcached: listening, accepting, stopping (see memcached.h for the
  * map of the other files).

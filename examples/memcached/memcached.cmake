@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # fern-memcached and its end-to-end tests. Included from examples/servers.cmake.
 set(FERN_MC_DIR ${CMAKE_CURRENT_LIST_DIR})
 add_executable(fern-memcached

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fern-memcached: a memcached-compatible cache server on fern green threads.
  *

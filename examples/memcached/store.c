@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * store: the cache itself. Items, a chained hash table, one LRU list,
  * memory accounting against -m, expiry, CAS values, flush_all.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fern — green threads for C and C++ on Linux.
  *

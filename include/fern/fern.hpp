@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /*
  * fern.hpp — the C++20 interface to fern (header-only, over <fern/fern.h>).
  *

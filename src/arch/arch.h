@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The architecture interface: everything in the runtime that depends on the
  * CPU is behind this header and one directory per architecture

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # In a build with -mbranch-protection=standard, every object of the library
 # (the C files and src/arch's assembly) must carry the GNU property note
 # claiming BTI and PAC, and those objects linked together must keep it: the

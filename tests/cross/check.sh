@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Install a cross-built fern into a scratch prefix, build tests/cross/prog.c
 # against it with the cross compiler and pkg-config (only the prefix's .pc
 # files visible), shared and static, and run both under qemu-user.

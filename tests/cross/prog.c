@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * A user program built against an installed (cross-compiled) fern and run
  * on the target, under qemu-user for aarch64 (tests/cross/check.sh). Each

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libFuzzer target for examples/http_parser.c (built and run by run.sh).
  *

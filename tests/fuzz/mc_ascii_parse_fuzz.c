@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libFuzzer target for fern-memcached's ASCII command parser
  * (examples/memcached/ascii_parse.c; built and run by run.sh).

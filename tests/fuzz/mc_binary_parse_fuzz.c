@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * libFuzzer target for fern-memcached's binary protocol framing
  * (examples/memcached/binary_parse.c; built and run by run.sh).

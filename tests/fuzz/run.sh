@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Build the parser fuzz targets with clang (libFuzzer + ASan + UBSan) and run
 # each for a bounded time over its seed corpus: the HTTP parser
 # (examples/http_parser.c) and fern-memcached's ASCII and binary parsers

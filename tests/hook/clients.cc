@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // fern-hook with real client libraries, unmodified (Debian's hiredis and
 // libpq), against real servers started here (servers.h): many green threads
 // on ONE worker each with its own connection. Without the hook each call

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 // Helpers for the fern-hook suites: a one-worker cluster (so a call that
 // blocked its worker would stall everything else on it), a ticker green
 // thread that measures how late a 1 ms sleeper gets, and raw system calls

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // fern-hook, reads and writes and the descriptor rules: parking on a green
 // thread, libc's behaviour on a plain thread, the user's O_NONBLOCK view,
 // MSG_DONTWAIT, unmanaged descriptors never flipped, SO_RCVTIMEO/SO_SNDTIMEO

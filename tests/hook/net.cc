@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // fern-hook, sockets and names: connect/accept on green threads of one
 // worker, refused connections, SO_SNDTIMEO on connect, the resolver on the
 // blocking pool, fork (the child runs with hooking off), FERN_HOOK=0.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // fern-hook, waiting on many descriptors: poll, ppoll, select, pselect,
 // epoll_wait, epoll_pwait on green threads (readiness first, park with a
 // deadline, close reported) and on plain threads (libc's results).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 // Real servers for the fern-hook client tests and benchmarks: redis-server
 // and PostgreSQL, each started on a free 127.0.0.1 port (PostgreSQL also on
 // a unix socket) in a fresh temporary directory, and stopped (SIGTERM, then

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // fern-hook, sleeps: on a green thread each sleep parks (a one-worker
 // cluster runs many at once and a 1 ms ticker beside them stays on time); on
 // a plain thread each is libc's (EINVAL, EINTR and the time left).

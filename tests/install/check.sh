@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Install fern from a build tree into a scratch prefix and build consumers
 # against it the ways the README tells users to: a C program (prog.c), a
 # C++ program (prog.cc) and a fern-hook program (prog_hook.c) with pkg-config

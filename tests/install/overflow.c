@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Built the documented way (pkg-config --cflags, or the fern::fern CMake
  * target), which adds -fstack-clash-protection: a 200 KiB frame on a
  * 128 KiB stack probes its pages in order and hits the guard page, and fern

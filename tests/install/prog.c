@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #include <fern/fern.h>
 #include <stdio.h>
 

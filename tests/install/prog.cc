@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The C++ consumer of the install test: fern.hpp through an installed fern.
 #include <fern/fern.hpp>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Built against an installed fern-hook: ten green threads on one worker each
  * make a plain 100 ms usleep and a blocking pipe read; hooked, they overlap. */
 #include <fern/fern.h>

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # The reference is complete and readable:
 #  1. every public function has a page in MANDIR: the names come from two
 #     sources independent of the page generator, the fern_* functions that

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # End-to-end checks of examples/http. Builds nothing.
 #
 #   tests/servers/check.sh BUILD_DIR      (finds BUILD_DIR/examples/http or BUILD_DIR/http)

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """End-to-end checks of fern-memcached, runnable against memcached itself.
 
     memcached_check.py fern BIN        # examples/memcached (fern-memcached)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Channel stress: producers, consumers and selectors (green threads on a
 // 4-worker cluster and on the default cluster, plus plain pthreads) over
 // several buffered and unbuffered channels, with a random mix of blocking,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Stress: 10,000 concurrent loopback TCP connections served by a 2-worker
 // cluster. One green thread per server connection (echo); all connections are
 // open at the same time (clients wait for each other after their first round

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Core stress: thousands of green threads on a 4-worker cluster and the
 // default cluster, plus plain pthreads, each doing a seeded random mix of
 // yields, short sleeps, mutex-protected counter updates, a producer/consumer

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Long run of the preemption producer/consumer (tests/preempt_prodcons.h):
 // two million items per run (two runs) with a 100 us slice, one and two workers.
 #include "../preempt_prodcons.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Linearity of the timeout race (DESIGN invariant 2, "wake exactly once"):
 // many iterations in which a timed wait's deadline expires at about the same
 // moment another thread completes it. Per primitive:

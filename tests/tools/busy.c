@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * A profiling target: four green threads compute in busy_work() and yield
  * now and then, for about half a second. tests/tools/check.py perf samples it.

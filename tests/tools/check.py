@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """fern under external tools: gdb (tests/tools/parked.c), perf and valgrind
 (tests/tools/busy.c).
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The program the gdb tests look at: green threads with names, parked on a
  * channel, a mutex and a sleep, plus "main" running. Once all three are

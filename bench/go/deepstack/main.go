@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // deepstack, Go (GOMAXPROCS=1): goroutines that use 256 KiB of stack (their
 // stack grows 8 KiB -> 512 KiB by copying).
 //   fresh:  N goroutines alive at once (each grows, then waits on a Cond),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // migrate, Go (emulation: Go has no clusters): two pools of k worker
 // goroutines, each pool fed by a buffered channel. A "thread" is a work item;
 // a "migration" is a worker of one pool sending the item to the other pool's

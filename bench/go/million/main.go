@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // million, Go: N goroutines each wait on one sync.Cond (with a sync.Mutex),
 // like fern's fern_cond + fern_mutex; then Broadcast and wait until all ran.
 package main

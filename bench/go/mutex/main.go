@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // mutex, Go: 8 goroutines (4 x GOMAXPROCS=2) each lock one sync.Mutex,
 // increment a shared counter and unlock, N/8 times. ops per second.
 package main

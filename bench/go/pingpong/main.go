@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // pingpong, Go: two goroutines bounce a counter over two unbuffered channels
 // (ping, pong). ns per round trip. Usage: pingpong [N [W]]: W = GOMAXPROCS
 // (1 or 2); without W both are run, 1 then 2.

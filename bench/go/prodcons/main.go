@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // prodcons, Go: one producer and one consumer goroutine, GOMAXPROCS=1.
 //   condvar: one-slot buffer, sync.Mutex + two sync.Cond (notFull, notEmpty);
 //   chan:    make(chan int, 1).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // spawn, Go: `go` + sync.WaitGroup for trivial goroutines in batches of 1000.
 package main
 

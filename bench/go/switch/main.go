@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // switch, Go: switches whose two sides are not the same code, GOMAXPROCS=1.
 // Usage: switch N MODE.
 //   asym: two goroutines running two different functions alternate with

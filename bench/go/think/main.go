@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // think, Go: N goroutines each touch 900 KiB of stack (the goroutine's stack
 // grows to 1 MiB) and return; windows of 1000 (start 1000, wait for them).
 // Baseline: N calls of the same function spread over GOMAXPROCS goroutines

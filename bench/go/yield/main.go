@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // yield, Go: two goroutines alternate with runtime.Gosched(), GOMAXPROCS=1.
 package main
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Go TCP echo peer: one goroutine per connection, io.Copy-style loop with a
 // 64 KiB buffer. --port N (0 = free port), --workers N (GOMAXPROCS).
 package main

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // fasthttp plaintext peer: GET /plaintext -> "Hello, World!".
 // --port N (0 = free port), --workers N (GOMAXPROCS; 0 = Go default).
 package main

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Java 25 virtual-thread server peer, hand-written (not com.sun.net.httpserver):
 // a platform thread accepts on a blocking ServerSocket and starts one virtual
 // thread per connection, which uses blocking socket streams (the JDK parks the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* AArch64 side of the architecture interface (arch.h). Weakly ordered:
  * every ordering the runtime relies on must be spelled out (see the
  * memory-ordering notes in docs/platforms.md). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* x86_64 side of the architecture interface (arch.h). Strongly ordered:
  * only StoreLoad needs a fence. */
 #ifndef FERN_ARCH_X86_64_H

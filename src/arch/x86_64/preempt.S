@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Preemption trampoline for x86_64 (see src/preempt.c).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Context switch for x86_64 System V.
  *

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 package util
 
 // Touch900K has a 900 KiB frame (assembly): its prologue grows the goroutine

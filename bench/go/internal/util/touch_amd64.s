@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "textflag.h"
 
 // func Touch900K()

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Package util: helpers shared by the Go peers of fern's benchmarks. Every
 // program prints lines `scenario runtime metric value unit` on stdout.
 package util
