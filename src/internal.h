@@ -460,6 +460,7 @@ struct worker {
     uint64_t mon_switches;
     int64_t mon_since;
     int64_t mon_cpu;            /* the kernel thread's CPU time at mon_since */
+    int64_t mon_req_cpu;        /* its CPU time at the first preemption request, or 0 */
     /* preemption (preempt.c): the n_switches value the monitor asked to end */
     uint64_t preempt_req;
     uint32_t preempt_soft;      /* ThreadSanitizer: yield at the next preempt_point */

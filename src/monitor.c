@@ -19,8 +19,10 @@
  *   - after one time slice, with other threads waiting, asks for the thread
  *     to be preempted (preempt.c), and retries every tick;
  *   - after two slices it counts the worker as stuck if it sleeps in the
- *     kernel or has used two slices of CPU (code preemption may not
- *     interrupt; see worker_stuck): what waits on it (ring, hand-off
+ *     kernel, or (preemption on) has run a slice of CPU since the first
+ *     request without switching, or (preemption off) has used two slices of
+ *     CPU (code preemption may not interrupt; see worker_stuck): what
+ *     waits on it (ring, hand-off
  *     slot; pinned threads only if it sleeps in the kernel, see
  *     rescue_worker's call) moves to the cluster inbox, and if no worker of
  *     the cluster is free to run it, a compensation worker (a spare) is
@@ -91,7 +93,15 @@ static bool worker_stuck(struct worker *w)
     if (task_sleeping(tid))
         return true;
     int64_t cpu = thread_cpu_ns(tid);
-    return !cpu || !w->mon_cpu || cpu - w->mon_cpu >= 2 * M.slice_ns;
+    if (!cpu)
+        return true;
+    /* With preemption on, the test is whether a request went unanswered
+     * while the worker ran a slice of CPU: a monitor tick that came late
+     * (an overloaded machine) must not hand preemptible code to a spare
+     * before the signal had its chance. */
+    if (M.preempt)
+        return w->mon_req_cpu && cpu - w->mon_req_cpu >= M.slice_ns;
+    return !w->mon_cpu || cpu - w->mon_cpu >= 2 * M.slice_ns;
 }
 
 /* A worker counts only while it is one: base workers, and running spares. */
@@ -122,6 +132,7 @@ static bool watch_cluster(struct fern_cluster *c, int64_t now)
             STORE_RELAXED(&w->mon_switches, sw);
             STORE_RELAXED(&w->mon_since, now);
             w->mon_cpu = thread_cpu_ns(LOAD_RELAXED(&w->tid));
+            w->mon_req_cpu = 0;
             continue;
         }
         if (LOAD_RELAXED(&w->cur) == &w->g0) {
@@ -132,8 +143,11 @@ static bool watch_cluster(struct fern_cluster *c, int64_t now)
         if (LOAD_RELAXED(&w->timers.n) && timers_next(w) <= now)
             timers_run(w, now);
         bool waiting = worker_has_queued(w) || LOAD_RELAXED(&c->inbox_n);
-        if (M.preempt && ran >= M.slice_ns && waiting)
+        if (M.preempt && ran >= M.slice_ns && waiting) {
+            if (!w->mon_req_cpu)
+                w->mon_req_cpu = thread_cpu_ns(LOAD_RELAXED(&w->tid));
             preempt_request(w, sw);
+        }
         nlong += ran >= M.slice_ns;
         /* A preemption request not yet handled means the kernel has not
          * run the worker since (an overloaded machine), not that its code

@@ -252,16 +252,8 @@ static inline void runq_put(struct worker *w, fern_thread *t)
 
 static inline fern_thread *runq_get(struct worker *w)
 {
-    if (w->alone) {
-        /* No thief: the head is this worker's alone, so no locked CAS
-         * (~20 cycles, on every yield). */
-        uint32_t head = LOAD_RELAXED(&w->rq_head);
-        if (head == w->rq_tail)
-            return NULL;
-        fern_thread *t = LOAD_RELAXED(&w->rq[head % RUNQ_SIZE]);
-        STORE(&w->rq_head, head + 1);
-        return t;
-    }
+    /* Always a CAS, even alone in a cluster: the monitor's rescue
+     * (monitor.c) takes from any worker's ring. */
     for (;;) {
         uint32_t head = LOAD(&w->rq_head);
         uint32_t tail = w->rq_tail;
@@ -698,16 +690,14 @@ void sched_yield_green(struct worker *w)
         w->start = next;
         next = &w->g0;
     }
-    if (w->alone) {
-        /* No other worker takes from this ring, so cur can be queued
-         * before its context is saved: no after-switch call. */
-        runq_put(w, cur);
-    } else {
-        w->after = after_requeue;
-        w->after_prev = cur;
-        w->after_arg = NULL;
-        STORE_RELAXED(&cur->run_state, T_RUNNABLE);
-    }
+    /* Queued only after the switch, even on a one-worker cluster: the
+     * monitor's rescue (monitor.c) may hand this ring's threads to a spare
+     * worker at any moment, so a thread in the ring must be saved
+     * (invariant 1; ThreadSanitizer caught the early queueing). */
+    w->after = after_requeue;
+    w->after_prev = cur;
+    w->after_arg = NULL;
+    STORE_RELAXED(&cur->run_state, T_RUNNABLE);
     switch_to(w, cur, next, false);
 }
 

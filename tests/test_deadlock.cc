@@ -225,7 +225,7 @@ TEST(Deadlock, AllThreadsAsleepReported) {
             });
             fern_join(t, nullptr);
         },
-        3000);
+        6000);
     EXPECT_NE(std::string::npos, out.find("all 2 green threads are asleep")) << out;
     EXPECT_NE(std::string::npos, out.find("\"waiter\"")) << out;
     EXPECT_NE(std::string::npos, out.find("\"main\"")) << out;

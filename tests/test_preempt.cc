@@ -136,6 +136,14 @@ TEST(Preempt, FourSpinnersShareOneWorker) {
     }
     go = true;
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    // On an overloaded machine the monitor ticks far less often: give it
+    // up to 5 s more to reach the preemption count asserted below.
+    wait_until(
+        [&] {
+            struct fern_stats st;
+            return fern_stats(&st) == 0 && st.preemptions > 20;
+        },
+        5000);
     stop = true;
     for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
     double total = 0;
@@ -258,6 +266,14 @@ TEST(Preempt, ResumesOnTheSameWorker) {
         ts.push_back(t);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    // Until enough preemptions to mean something, or 5 s more on an
+    // overloaded machine.
+    wait_until(
+        [&] {
+            struct fern_stats st;
+            return fern_stats(&st) == 0 && st.preemptions > 5;
+        },
+        5000);
     stop = true;
     for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
     struct fern_stats s;
