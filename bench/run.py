@@ -856,7 +856,7 @@ def main():
 
     # Cheap scenarios first, so a slow one cannot starve them of the budget;
     # the report keeps the SCENARIOS order.
-    order = ["yield", "switch", "spawn", "deepstack", "migrate", "pingpong", "prodcons", "mutex", "think", "million"]
+    order = ["yield", "switch", "spawn", "deepstack", "migrate", "pingpong", "prodcons", "mutex", "think", "preempt", "million"]
     for s in sorted(scen, key=order.index):
         log("scenario %s (%d run(s) per runtime)" % (s, runs))
         meter = CpuMeter()
