@@ -33,11 +33,18 @@
 
 #define KSIGSET (_NSIG / 8)
 
-static const struct timespec zero_ts = {0, 0};
-
 static long raw_ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *m)
 {
     return hk_sys(SYS_ppoll, fds, n, ts, m, KSIGSET);
+}
+
+/* ppoll without waiting. The zero timeout is a local, not a constant:
+ * ppoll writes the time left back, and where Linux ignores a read-only
+ * timeout qemu-user fails the whole call with EFAULT. */
+static long poll_now(struct pollfd *fds, nfds_t n)
+{
+    struct timespec ts = {0, 0};
+    return hk_sys(SYS_ppoll, fds, n, &ts, NULL, KSIGSET);
 }
 
 /* timeout in ms (< 0: none) -> a deadline. */
@@ -114,7 +121,7 @@ static struct timespec *left_ts(int64_t dl, struct timespec *ts)
 /* ---- poll ---- */
 static long poll_green(struct pollfd *fds, nfds_t n, int64_t dl)
 {
-    long r = raw_ppoll(fds, n, &zero_ts, NULL);
+    long r = poll_now(fds, n);
     if (r != 0 || (dl != FERN_FOREVER && dl <= fern_now_ns()))
         return r;
     if (n == 0) {
@@ -140,7 +147,7 @@ static long poll_green(struct pollfd *fds, nfds_t n, int64_t dl)
             r = on_pool((struct hk_call){SYS_ppoll, {(long)fds, (long)n, (long)left_ts(dl, &ts)}});
             break;
         }
-        r = raw_ppoll(fds, n, &zero_ts, NULL);
+        r = poll_now(fds, n);
         if (r != 0)
             break;
         int k = fern__io_park(pe, m, dl);
@@ -149,12 +156,12 @@ static long poll_green(struct pollfd *fds, nfds_t n, int64_t dl)
             continue;
         }
         if (k == 0) {
-            r = raw_ppoll(fds, n, &zero_ts, NULL);
+            r = poll_now(fds, n);
             break;
         }
         if (k < 0) {
             int gone = pe[-k - 1].fd;
-            r = raw_ppoll(fds, n, &zero_ts, NULL);
+            r = poll_now(fds, n);
             if (r >= 0) {
                 r = 0;
                 for (nfds_t i = 0; i < n; i++) {

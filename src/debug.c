@@ -100,14 +100,7 @@ void signal_chain(const struct sigaction *old, int sig, siginfo_t *si, void *uc)
 #define JUMP_MAX ((uintptr_t)64 << 20)
 static bool sp_jumped_guard(const struct stack *s, const void *uc)
 {
-    const ucontext_t *u = uc;
-#if defined(__x86_64__)
-    uintptr_t sp = (uintptr_t)u->uc_mcontext.gregs[REG_RSP];
-#elif defined(__aarch64__)
-    uintptr_t sp = (uintptr_t)u->uc_mcontext.sp;
-#else
-    uintptr_t sp = (uintptr_t)s->lo;
-#endif
+    uintptr_t sp = arch_uc_sp(uc);
     uintptr_t lo = (uintptr_t)s->lo;
     return sp < lo && lo - sp <= JUMP_MAX;
 }

@@ -723,14 +723,14 @@ void threads_fini(uint64_t *abandoned);
 void keys_run_dtors(struct keyval **vals);
 bool stack_bind(struct worker *w, fern_thread *t);
 
-/* The C bodies of the public entry points that arch/x86_64/switch.S defines as
- * jump_return trampolines (same contract as the public function). */
+/* The C bodies of the public entry points that switch.S defines as
+ * jump_return trampolines where ARCH_JUMP_RETURN is 1 (same contract as
+ * the public function). */
 void fern_yield_body(void);
 int fern_join_body(fern_thread *t, void **ret);
 int fern_chan_send_body(fern_chan *ch, const void *elem);
 int fern_chan_recv_body(fern_chan *ch, void *elem);
 int fern_cond_wait_body(fern_cond *c, fern_mutex *m);
-bool shadow_stack_active(void);
 
 /* io.c */
 int io_init(void);

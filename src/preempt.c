@@ -21,12 +21,15 @@
  *   - fern holds no internal lock: fern's code is excluded by the PC test,
  *     and the biased-object busy flag and a pending post-switch action are
  *     checked as well;
- *   - the stack has room below the 128-byte red zone for the trampoline's
- *     frame (registers, XSAVE area, the scheduler's frames).
- * If so it pushes the interrupted PC below the red zone and points the
- * context at fern_preempt_tramp (src/arch/x86_64/preempt.S), which after the
- * kernel's sigreturn saves every register, the flags and the vector state,
- * calls preempt_yield() and restores them exactly. Otherwise it counts a
+ *   - the stack has room for the trampoline's frame (arch_preempt_frame:
+ *     on x86_64 the 128-byte red zone, registers, XSAVE area) and the
+ *     scheduler's frames.
+ * If so arch_preempt_redirect (arch.h) makes the context call
+ * fern_preempt_tramp (src/arch/<arch>/preempt.S) from the interrupted
+ * instruction; after the kernel's sigreturn it saves every register, the
+ * flags and the vector state, calls preempt_yield() and restores them
+ * exactly. An architecture without a trampoline (ARCH_PREEMPT 0: aarch64
+ * for now) has preemption off, as if FERN_PREEMPT=0. Otherwise it counts a
  * deferred preemption and the monitor asks again on its next tick.
  *
  * A preempted thread goes on its worker's pinned list, not its run queue:
@@ -54,7 +57,6 @@
  */
 #include "internal.h"
 
-#include <cpuid.h>
 #include <fcntl.h>
 #include <link.h>
 #include <signal.h>
@@ -71,7 +73,6 @@
 #else
 #define PREEMPT_ROOM 8192u   /* scheduler frames + after-actions, besides XSAVE */
 #endif
-#define RED_ZONE 128u
 
 struct code_range {
     uintptr_t lo, hi;
@@ -81,11 +82,6 @@ struct code_table {
     struct code_table *retired; /* older tables, freed at preempt_fini */
     struct code_range r[];
 };
-
-/* Read by the trampoline. */
-uint32_t fern_preempt_xsave_size __attribute__((visibility("hidden")));
-uint32_t fern_preempt_use_xsave __attribute__((visibility("hidden")));
-void fern_preempt_tramp(void);
 
 static struct {
     int sig;
@@ -207,7 +203,7 @@ static void table_refresh(void)
         table_build();
 }
 
-#ifndef FERN_TSAN
+#if !defined(FERN_TSAN) && ARCH_PREEMPT
 static bool pc_is_app(uintptr_t pc)
 {
     const struct code_table *t = LOAD(&P.table);
@@ -250,21 +246,16 @@ __attribute__((no_sanitize("address"))) static void on_preempt(int sig, siginfo_
     /* The context is a copy here; fern's next operation yields. */
     STORE_RELAXED(&w->preempt_soft, 1);
     goto out;
-#else
-    ucontext_t *uc = ucv;
-    greg_t *g = uc->uc_mcontext.gregs;
-    uintptr_t pc = (uintptr_t)g[REG_RIP], sp = (uintptr_t)g[REG_RSP];
+#elif ARCH_PREEMPT
+    uintptr_t pc = arch_uc_pc(ucv), sp = arch_uc_sp(ucv);
     uintptr_t lo = (uintptr_t)t->stack->lo, hi = (uintptr_t)t->stack;
-    uintptr_t need = RED_ZONE + 8 + 64 + 136 + fern_preempt_xsave_size + PREEMPT_ROOM;
+    uintptr_t need = arch_preempt_frame() + PREEMPT_ROOM;
     if (!pc_is_app(pc) || sp > hi || sp < lo + need || w->after ||
         (w->bias_tag && LOAD_RELAXED(w->bias_busy))) {
         COUNT(&w->n_preempts_deferred, 1);
         goto out;
     }
-    uintptr_t nsp = sp - RED_ZONE - 8;
-    *(uintptr_t *)nsp = pc;
-    g[REG_RSP] = (greg_t)nsp;
-    g[REG_RIP] = (greg_t)(uintptr_t)fern_preempt_tramp;
+    arch_preempt_redirect(ucv);
     COUNT(&w->n_preempts, 1);
 #endif
 out:
@@ -329,16 +320,13 @@ int preempt_init(void)
     if (RUNNING_ON_VALGRIND)
         return 0;
 #endif
-    unsigned a, b, c, d;
-    fern_preempt_use_xsave = 0;
-    fern_preempt_xsave_size = 512;
-    if (__get_cpuid(1, &a, &b, &c, &d) && (c & bit_OSXSAVE) && __get_cpuid_max(0, NULL) >= 0xd) {
-        __cpuid_count(0xd, 0, a, b, c, d);
-        if (b >= 576) {
-            fern_preempt_use_xsave = 1;
-            fern_preempt_xsave_size = b;
-        }
-    }
+#if ARCH_PREEMPT
+    arch_preempt_init();
+#else
+    (void)sig;
+    P.on = false; /* no trampoline for this architecture (arch.h) */
+    return 0;
+#endif
     P.sig = sig;
     P.on = true;
     int r = table_build();

@@ -1230,8 +1230,8 @@ static int runtime_init(const fern_config *cfg, const char *implicit_by)
     if (r)
         return r;
     /* Green threads switch stacks under the CPU's feet and return with
-     * jumps (see arch/x86_64/switch.S): a CET shadow stack would fault. */
-    if (shadow_stack_active())
+     * jumps (docs/switch.md): a hardware shadow stack would fault. */
+    if (arch_shadow_stack_active())
         return ENOTSUP;
 
     /* A reference, so a static link keeps the debugger's map (and the

@@ -619,25 +619,8 @@ void stack_stats(struct fern_stats *st)
     st->stacks_cached = st->stacks_mapped - st->stacks_in_use;
 }
 
-/* arch_prctl(ARCH_SHSTK_STATUS) (Linux 6.6+, not in older headers) reports
- * the shadow-stack features enabled for this thread; ARCH_SHSTK_SHSTK is the
- * shadow stack itself. Older kernels fail the call: no shadow stack then. */
-#define FERN_ARCH_SHSTK_STATUS 0x5005
-#define FERN_ARCH_SHSTK_SHSTK (1ULL << 0)
-
-bool shadow_stack_active(void)
-{
-#ifdef __x86_64__
-    unsigned long long features = 0;
-    return syscall(SYS_arch_prctl, FERN_ARCH_SHSTK_STATUS, &features) == 0 &&
-           (features & FERN_ARCH_SHSTK_SHSTK);
-#else
-    return false;
-#endif
-}
-
-#ifndef __x86_64__
-/* Where no jump_return trampolines exist (they are in arch/x86_64/switch.S), the
+#if !ARCH_JUMP_RETURN
+/* Where no jump_return trampolines exist (arch.h: ARCH_JUMP_RETURN), the
  * public blocking calls are plain calls of their bodies. */
 void fern_yield(void) { fern_yield_body(); }
 int fern_join(fern_thread *t, void **ret) { return fern_join_body(t, ret); }

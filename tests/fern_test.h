@@ -77,6 +77,18 @@ inline constexpr bool kTsan = false;
 inline constexpr bool kTsan = false;
 #endif
 
+// Asynchronous preemption exists where the architecture has a trampoline
+// (src/arch/<arch>/arch.h: ARCH_PREEMPT): x86_64. On aarch64 fern_init
+// leaves it off, the preemption counter stays 0 and only the monitor's
+// compensation serves a sleeper beside spinners (docs/platforms.md).
+#if defined(__x86_64__)
+inline constexpr bool kAsyncPreempt = true;
+#else
+inline constexpr bool kAsyncPreempt = false;
+#endif
+inline constexpr const char *kNoPreemptMsg =
+    "aarch64: no asynchronous preemption (docs/platforms.md)";
+
 // n, but at most tsan_cap under ThreadSanitizer.
 inline long tsan_capped(long n, long tsan_cap) { return kTsan && n > tsan_cap ? tsan_cap : n; }
 

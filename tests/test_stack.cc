@@ -265,7 +265,7 @@ template <int (*victim)(void)> void *big_frame_body(void *) {
 // Built as `pkg-config --cflags fern` says (-fstack-clash-protection): a
 // 200 KiB frame on a 128 KiB stack probes into the guard page.
 TEST(StackDeathTest, ProbedBigFrameHitsTheGuard) {
-    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    GTEST_FLAG_SET(death_test_style, fern_test::death_style());
     g_overflow_body = big_frame_body<big_frame_probed>;
     EXPECT_DEATH(overflow_main(128 * 1024, false), overflow_report(128 * 1024, true));
     g_overflow_body = overflow_body;
@@ -275,7 +275,7 @@ TEST(StackDeathTest, ProbedBigFrameHitsTheGuard) {
 // jumps the guard; the fault comes from below it (a neighbour's guard, with
 // neighbours parked below), and the stack pointer says whose overflow it is.
 TEST(StackDeathTest, UnprobedBigFrameThatJumpsTheGuardIsReported) {
-    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    GTEST_FLAG_SET(death_test_style, fern_test::death_style());
     g_overflow_body = big_frame_body<big_frame_unprobed>;
     EXPECT_DEATH(parked_then_overflow(16 * 1024, 5), overflow_report(16 * 1024, true));
     EXPECT_DEATH(overflow_main(16 * 1024, false), overflow_report(16 * 1024, true));
@@ -287,7 +287,7 @@ TEST(StackDeathTest, UnprobedBigFrameThatJumpsTheGuardIsReported) {
 // thread that switches out with its stack pointer below its stack is caught
 // even if no canary word was hit.
 TEST(StackDeathTest, CanaryModeCatchesBigFrames) {
-    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    GTEST_FLAG_SET(death_test_style, fern_test::death_style());
     setenv("FERN_GUARD", "canary", 1); // read by the child's runtime
     g_overflow_body = big_frame_body<big_frame_unprobed>;
 #if defined(__SANITIZE_ADDRESS__)

@@ -16,6 +16,21 @@
  *   ctx_init(top, self)  build the first frame of a green thread below
  *                        `top` for fern_ctx_switch to pop; returns its sp
  *   ARCH_DEBUG_FRAME     the saved frame's layout for debuggers (debugmap.c)
+ *   arch_uc_pc(uc), arch_uc_sp(uc)
+ *                        the interrupted pc and sp in a signal handler's
+ *                        ucontext_t (preempt.c, debug.c)
+ *   arch_shadow_stack_active()
+ *                        a hardware shadow stack is on for this thread
+ *                        (fern_init then refuses: switches would fault)
+ *   ARCH_JUMP_RETURN     1 if switch.S defines the public blocking calls
+ *                        as jump_return wrappers of their *_body functions
+ *                        (docs/switch.md); 0: stack.c defines plain calls
+ *   ARCH_PREEMPT         1 if <arch>/preempt.S has fern_preempt_tramp; the
+ *                        arch header then also has arch_preempt_init()
+ *                        (size the save area), arch_preempt_frame() (stack
+ *                        the trampoline needs) and arch_preempt_redirect(uc)
+ *                        (make the context call the trampoline). 0: no
+ *                        asynchronous preemption (docs/preemption.md)
  *
  * and its <arch>/switch.S defines fern_ctx_switch, fern_ctx_entry and
  * fern_ctx_start with the contracts below. Adding an architecture means a

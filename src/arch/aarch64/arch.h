@@ -5,6 +5,9 @@
 #ifndef FERN_ARCH_AARCH64_H
 #define FERN_ARCH_AARCH64_H
 
+#include <stdbool.h>
+#include <ucontext.h>
+
 /* isb, not yield: yield is a no-op on most cores, while isb stalls for
  * tens of cycles, close to what x86's pause gives a spin loop. */
 static inline void cpu_relax(void) { __asm__ volatile("isb" ::: "memory"); }
@@ -60,5 +63,30 @@ static inline void *ctx_init(char *top, fern_thread *self)
  * (frame size 0). The map's frame fields name x86_64 registers, and
  * fern-gdb.py's walk of parked threads is x86_64-only (docs/platforms.md). */
 #define ARCH_DEBUG_FRAME .frame_size = 0
+
+static inline uintptr_t arch_uc_pc(const void *uc)
+{
+    return (uintptr_t)((const ucontext_t *)uc)->uc_mcontext.pc;
+}
+static inline uintptr_t arch_uc_sp(const void *uc)
+{
+    return (uintptr_t)((const ucontext_t *)uc)->uc_mcontext.sp;
+}
+
+/* No asynchronous preemption (docs/platforms.md): resuming an arbitrary
+ * instruction needs a branch through a register, and AAPCS64 leaves none
+ * that compiled code does not use (x16/x17 are ordinary temporaries inside
+ * a function), so the trampoline would have to return through
+ * rt_sigreturn with a frame it builds itself. Until then preempt_init
+ * leaves preemption off; the monitor's compensation still works. */
+#define ARCH_PREEMPT 0
+
+/* switch.S has no jump_return wrappers: stack.c defines the public
+ * blocking calls as plain calls of their bodies. */
+#define ARCH_JUMP_RETURN 0
+
+/* fern never enables the Guarded Control Stack (Arm's shadow stack), and
+ * Linux only turns it on at a process's own request. */
+static inline bool arch_shadow_stack_active(void) { return false; }
 
 #endif

@@ -4,6 +4,12 @@
 #ifndef FERN_ARCH_X86_64_H
 #define FERN_ARCH_X86_64_H
 
+#include <cpuid.h>
+#include <stdbool.h>
+#include <sys/syscall.h>
+#include <ucontext.h>
+#include <unistd.h>
+
 static inline void cpu_relax(void) { __builtin_ia32_pause(); }
 
 /* Not __builtin_prefetch: GCC 12 deletes calls to a static function whose
@@ -59,5 +65,71 @@ static inline void *ctx_init(char *top, fern_thread *self)
 #define ARCH_DEBUG_FRAME                                                     \
     .frame_size = 64, .f_rip = 56, .f_rbp = 48, .f_rbx = 40, .f_r12 = 32,     \
     .f_r13 = 24, .f_r14 = 16, .f_r15 = 8
+
+/* ---- preemption (preempt.c, x86_64/preempt.S) ---- */
+#define ARCH_PREEMPT 1
+
+/* Sized here, read by the trampoline (defined in preempt.S). */
+extern uint32_t fern_preempt_xsave_size __attribute__((visibility("hidden")));
+extern uint32_t fern_preempt_use_xsave __attribute__((visibility("hidden")));
+void fern_preempt_tramp(void) __attribute__((visibility("hidden")));
+
+static inline uintptr_t arch_uc_pc(const void *uc)
+{
+    return (uintptr_t)((const ucontext_t *)uc)->uc_mcontext.gregs[REG_RIP];
+}
+static inline uintptr_t arch_uc_sp(const void *uc)
+{
+    return (uintptr_t)((const ucontext_t *)uc)->uc_mcontext.gregs[REG_RSP];
+}
+
+/* XSAVE with every component XCR0 enables (its size from CPUID leaf 0xd),
+ * or FXSAVE's 512 bytes where the OS has not enabled XSAVE. */
+static inline void arch_preempt_init(void)
+{
+    unsigned a, b, c, d;
+    fern_preempt_use_xsave = 0;
+    fern_preempt_xsave_size = 512;
+    if (__get_cpuid(1, &a, &b, &c, &d) && (c & bit_OSXSAVE) && __get_cpuid_max(0, NULL) >= 0xd) {
+        __cpuid_count(0xd, 0, a, b, c, d);
+        if (b >= 576) {
+            fern_preempt_use_xsave = 1;
+            fern_preempt_xsave_size = b;
+        }
+    }
+}
+
+/* Stack the trampoline takes below the interrupted sp before it calls
+ * preempt_yield: the 128-byte red zone, the pushed rip, up to 64 bytes of
+ * alignment, 16 registers + flags, the XSAVE area. */
+static inline uintptr_t arch_preempt_frame(void)
+{
+    return 128 + 8 + 64 + 136 + fern_preempt_xsave_size;
+}
+
+/* Make the context, once the handler returns, call the trampoline from the
+ * interrupted instruction: push the interrupted rip below the red zone. */
+static inline void arch_preempt_redirect(void *ucv)
+{
+    greg_t *g = ((ucontext_t *)ucv)->uc_mcontext.gregs;
+    uintptr_t nsp = (uintptr_t)g[REG_RSP] - 128 - 8;
+    *(uintptr_t *)nsp = (uintptr_t)g[REG_RIP];
+    g[REG_RSP] = (greg_t)nsp;
+    g[REG_RIP] = (greg_t)(uintptr_t)fern_preempt_tramp;
+}
+
+/* ---- the switch's public entry points (switch.S) ---- */
+/* switch.S defines fern_yield, fern_join, fern_chan_send, fern_chan_recv
+ * and fern_cond_wait as jump_return wrappers of their *_body functions. */
+#define ARCH_JUMP_RETURN 1
+
+/* arch_prctl(ARCH_SHSTK_STATUS) (Linux 6.6+, not in older headers) reports
+ * the shadow-stack features enabled for this thread; bit 0 is the shadow
+ * stack itself. Older kernels fail the call: no shadow stack then. */
+static inline bool arch_shadow_stack_active(void)
+{
+    unsigned long long features = 0;
+    return syscall(SYS_arch_prctl, 0x5005, &features) == 0 && (features & 1ULL);
+}
 
 #endif

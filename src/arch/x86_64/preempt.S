@@ -142,4 +142,20 @@ fern_preempt_tramp:
         .cfi_endproc
         .size   fern_preempt_tramp, .-fern_preempt_tramp
 
+        /* Sized by arch_preempt_init (x86_64/arch.h). */
+        .bss
+        .p2align 2
+        .globl  fern_preempt_xsave_size
+        .hidden fern_preempt_xsave_size
+        .type   fern_preempt_xsave_size, @object
+        .size   fern_preempt_xsave_size, 4
+fern_preempt_xsave_size:
+        .zero   4
+        .globl  fern_preempt_use_xsave
+        .hidden fern_preempt_use_xsave
+        .type   fern_preempt_use_xsave, @object
+        .size   fern_preempt_use_xsave, 4
+fern_preempt_use_xsave:
+        .zero   4
+
         .section .note.GNU-stack,"",@progbits
