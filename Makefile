@@ -74,8 +74,14 @@ test-aarch64:
 demo: build
 	./build/release/examples/tour
 
+# The drivers draw plots when matplotlib imports; Debian's python3 has it
+# (python3-matplotlib), a pyenv or venv python3 first on PATH may not.
+BENCH_PYTHON ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import matplotlib' 2>/dev/null && { echo $$p; exit; }; done; echo python3)
+
 bench: build
-	python3 bench/run.py
+	$(BENCH_PYTHON) bench/run.py
+	$(BENCH_PYTHON) bench/servers.py
+	$(BENCH_PYTHON) bench/readme_table.py
 
 # fern-hook's benchmarks (docs/hooks.md): starts its own redis-server and
 # PostgreSQL, writes bench/results/hooks.{json,md}.
