@@ -1,6 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Deadlock reports, made by the monitor (monitor.c) every DL_SCAN_NS.
+ * A scan walks every thread descriptor, so while workers run it is made
+ * only when at least two green threads are parked in fern_mutex_lock
+ * without a deadline (per-worker counts, sync.c): a cycle needs two. With
+ * a million parked threads a walk takes tens of milliseconds and holds the
+ * chunk lock that spawning a thread may need.
  *
  * Mutex cycles. A green thread parked without a deadline in
  * fern_mutex_lock records the mutex in wait_what/wait_obj (sync.c). A scan
@@ -237,6 +242,18 @@ static uint64_t switches_total(void)
     return n;
 }
 
+/* Green threads parked in fern_mutex_lock without a deadline: a sum of
+ * per-worker deltas, each read relaxed, so only an estimate while threads
+ * park and resume, exact when they do not. */
+static int64_t mutex_parked(void)
+{
+    int64_t n = 0;
+    for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster)
+        for (unsigned i = 0; i < c->nworkers; i++)
+            n += LOAD_RELAXED(&c->workers[i]->mutex_parked_delta);
+    return n;
+}
+
 static void report_asleep(unsigned live)
 {
     fprintf(stderr, "fern: deadlock: all %u green threads are asleep on fern primitives and no "
@@ -255,6 +272,14 @@ int64_t deadlock_watch(int64_t now, bool workers_busy)
 {
     if (now < D.next_scan)
         return D.next_scan;
+    /* While workers run, a scan can only find a mutex cycle, and that needs
+     * two parked lockers: without them, walking every thread (a million,
+     * under the chunk lock that spawn takes) would only cost. */
+    if (workers_busy && mutex_parked() < 2) {
+        D.asleep_candidate = D.asleep_reported = false;
+        D.asleep_switches = switches_total();
+        return FERN_FOREVER;
+    }
     D.next_scan = now + DL_SCAN_NS;
     D.n = 0;
     D.scan++;

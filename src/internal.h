@@ -452,6 +452,8 @@ struct worker {
     uint64_t n_spawned, n_exited;   /* threads spawned / ended on this worker */
     uint64_t n_bound, n_unbound;    /* stacks bound / released here */
     int64_t live_delta;             /* cluster's threads gained here (see cluster_live) */
+    int64_t mutex_parked_delta;     /* green threads parked in fern_mutex_lock without a
+                                     * deadline, counted where they park and resume */
     uint64_t n_preempts, n_preempts_deferred; /* preempt.c, written in the handler */
     /* monitor (monitor.c): the worker clears mon_idle when it leaves its
      * sleep and then wakes the monitor if that sleeps; the monitor's own

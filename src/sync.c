@@ -238,11 +238,18 @@ static __attribute__((noinline)) int mutex_lock_slow(fern_mutex *m, int64_t dead
             waitq_push(&m->waiters_, &wt);
         }
         wait_note_t(t, "mutex", m);
+        /* The deadlock watch walks the threads only while two or more
+         * may wait for each other (deadlock.c). */
+        bool note = t && deadline == FERN_FOREVER;
+        if (note)
+            COUNT(&me->w->mutex_parked_delta, 1);
         /* Ends the operation: lock_ and the bias busy flag are released
          * once this thread is off its stack. */
         int st = waiter_wait(&wt, plain ? NULL : &m->lock_, deadline);
         wait_note_t(t, NULL, NULL);
         caller_get(me);                   /* maybe on another worker now */
+        if (note)
+            COUNT(&me->w->mutex_parked_delta, -1);
         plain = bias_enter(&m->bias_, me); /* and the bias maybe revoked */
         if (st == W_TIMEDOUT) {
             qlock(plain, &m->lock_);
