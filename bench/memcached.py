@@ -10,8 +10,10 @@ round by round (A B, B A, ...). Per run it records memcaslap's TPS, the
 server's CPU seconds (user+sys of all its threads, /proc/PID/stat before and
 after the load), transactions per server CPU-second, memcaslap's own CPU use
 (near 100% means the client, not the server, set the pace), and the share of
-the machine's CPU used by other processes meanwhile (this machine is shared),
-and for the server's busiest thread (its worker) the time it ran and the time
+the machine's CPU used by other processes meanwhile and the 1-minute load
+average (the report says whether the machine was quiet or shared), the
+context switches of all the server's threads per transaction
+(/proc/PID/task/TID/status), and for the server's busiest thread (its worker) the time it ran and the time
 it waited in the run queue per turn on the CPU (/proc/PID/task/TID/schedstat).
 The servers and memcaslap each start in a session of their own, hence in
 their own scheduler autogroup: each competes with the machine's other jobs as
@@ -106,6 +108,17 @@ class Server:
                 pass
         return out
 
+    def ctxt_switches(self):
+        """{tid: voluntary + involuntary context switches} of every thread."""
+        out = {}
+        for tid in os.listdir("/proc/%d/task" % self.p.pid):
+            try:
+                with open("/proc/%d/task/%s/status" % (self.p.pid, tid)) as f:
+                    out[tid] = sum(int(x) for x in re.findall(r"ctxt_switches:\s+(\d+)", f.read()))
+            except OSError:
+                pass
+        return out
+
     def rss(self):
         with open("/proc/%d/status" % self.p.pid) as f:
             return int(re.search(r"VmRSS:\s+(\d+) kB", f.read()).group(1)) * 1024
@@ -126,8 +139,14 @@ def machine_busy():
     return (sum(v[:8]) - idle) / TICK, sum(v[:8]) / TICK
 
 
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
 def load_run(srv, duration, concurrency):
-    c0, (b0, t0), s0 = srv.cpu(), machine_busy(), srv.schedstat()
+    la0 = loadavg()
+    c0, (b0, t0), s0, x0 = srv.cpu(), machine_busy(), srv.schedstat(), srv.ctxt_switches()
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     w0 = time.monotonic()
     out = subprocess.run(["taskset", "-c", "1", "memcaslap", "-s", "127.0.0.1:%d" % srv.port, "-T", "1",
@@ -136,7 +155,8 @@ def load_run(srv, duration, concurrency):
                          timeout=duration + 60, start_new_session=True).stdout
     wall = time.monotonic() - w0
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    c1, (b1, t1), s1 = srv.cpu(), machine_busy(), srv.schedstat()
+    c1, (b1, t1), s1, x1 = srv.cpu(), machine_busy(), srv.schedstat(), srv.ctxt_switches()
+    la1 = loadavg()
     # The thread that ran most (the worker): how long it waited in the run
     # queue each time it was scheduled.
     d = {t: tuple(b - a for a, b in zip(s0[t], s1[t])) for t in s1 if t in s0}
@@ -145,13 +165,15 @@ def load_run(srv, duration, concurrency):
     if not m:
         raise RuntimeError("memcaslap output not understood:\n" + out[-2000:])
     ops, tps = int(m[-1][0]), int(m[-1][1])
+    switches = sum(x1[t] - x0[t] for t in x1 if t in x0)
     server_cpu = c1 - c0
     client_cpu = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
     foreign = max(0.0, (b1 - b0) - server_cpu - client_cpu)
     return {"tps": tps, "ops": ops, "server_cpu_s": server_cpu, "tps_per_cpu_s": ops / server_cpu if server_cpu else 0,
             "client_cpu_pct": 100 * client_cpu / wall, "foreign_cpu_pct": 100 * foreign / max(t1 - t0, 1e-9),
             "worker_wait_ms_per_slice": wait / 1e6 / max(slices, 1),
-            "worker_run_ms_per_slice": run / 1e6 / max(slices, 1)}
+            "worker_run_ms_per_slice": run / 1e6 / max(slices, 1),
+            "ctxt_switches_per_1k": 1000 * switches / max(ops, 1), "loadavg": max(la0, la1)}
 
 
 def memory_per_item(kind, fern_bin, n, size):
@@ -200,42 +222,62 @@ def machine():
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
+def load_note(d):
+    """What the machine was doing besides the benchmark, from the runs' own records."""
+    runs = d["runs"]["fern"] + d["runs"]["memcached"]
+    others = [r["foreign_cpu_pct"] for r in runs]
+    la = [r["loadavg"] for r in runs if "loadavg" in r]
+    s = ("Other processes used %.0f%% of the machine's CPU during the load runs (median; max %.0f%%)"
+         % (statistics.median(others), max(others)))
+    if la:
+        s += ("; 1-minute load average %.1f (median; max %.1f), of which the benchmark's own server "
+              "and client account for up to 2" % (statistics.median(la), max(la)))
+    quiet = statistics.median(others) < 5
+    return s + (". The machine was otherwise quiet." if quiet else
+                ". The machine was shared with other jobs: the rates below depend on how the kernel "
+                "scheduled the servers among them, the per-CPU-second figures much less."), quiet
+
+
 def markdown(d):
     s, m = d["summary"], d["machine"]
+    note, quiet = load_note(d)
     L = ["# fern-memcached vs memcached", "",
-         "Machine: %s, %d cores, Linux %s; %s; %s. The machine was shared with other "
-         "jobs during the runs (column *others*: CPU used by other processes, share of the whole "
-         "machine)." % (m["cpu"], m["cores"], m["kernel"], m["memcached"], m["date"]), "",
+         "Machine: %s, %d cores, Linux %s; %s; %s. %s" % (
+             m["cpu"], m["cores"], m["kernel"], m["memcached"], m["date"], note), "",
          "Each server pinned to CPU 0 with one worker thread (`-t 1`), `memcaslap -T 1 -c %d -t %ds` "
          "pinned to CPU 1, %d interleaved rounds; median [min–max]. *per CPU-s* = transactions per "
-         "second of server CPU time (user+sys of all its threads, /proc/PID/stat)."
+         "second of server CPU time (user+sys of all its threads, /proc/PID/stat). *others*: CPU "
+         "used by other processes, share of the whole machine. *switches / 1k tx*: context switches "
+         "of all the server's threads (/proc/PID/task/TID/status) per 1,000 transactions. The last "
+         "column is the server's busiest thread (its worker) from /proc/PID/task/TID/schedstat."
          % (d["concurrency"], d["duration"], d["rounds"]), "",
-         "| server | TPS | per server CPU-s | server CPU % | client CPU % | others % | worker run / run-queue wait per scheduling, ms |",
-         "| --- | --- | --- | --- | --- | --- | --- |"]
+         "| server | TPS | per server CPU-s | server CPU % | client CPU % | others % | switches / 1k tx | worker run / run-queue wait per scheduling, ms |",
+         "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for k, name in (("fern", "fern-memcached"), ("memcached", "memcached -t 1")):
         r = s[k]
         rw = ("%.2f / %.2f" % (r["worker_run_ms_per_slice"]["median"], r["worker_wait_ms_per_slice"]["median"])
               if "worker_wait_ms_per_slice" in r else "—")
-        L.append("| %s | %s [%s–%s] | %s [%s–%s] | %.0f | %.0f | %.0f | %s |" % (
+        cs = "%.0f" % r["ctxt_switches_per_1k"]["median"] if "ctxt_switches_per_1k" in r else "—"
+        L.append("| %s | %s [%s–%s] | %s [%s–%s] | %.0f | %.0f | %.0f | %s | %s |" % (
             name, f"{r['tps']['median']:,.0f}", f"{r['tps']['min']:,.0f}", f"{r['tps']['max']:,.0f}",
             f"{r['tps_per_cpu_s']['median']:,.0f}", f"{r['tps_per_cpu_s']['min']:,.0f}",
             f"{r['tps_per_cpu_s']['max']:,.0f}", 100 * r["server_cpu_s"]["median"] / d["duration"],
-            r["client_cpu_pct"]["median"], r["foreign_cpu_pct"]["median"], rw))
+            r["client_cpu_pct"]["median"], r["foreign_cpu_pct"]["median"], cs, rw))
     L += ["", "Ratios (fern / memcached, medians): throughput **%.2f×**, transactions per server "
           "CPU-second **%.2f×**." % (d["ratio_tps"], d["ratio_per_cpu"]), ""]
     busiest = max(100 * s[k]["server_cpu_s"]["median"] / d["duration"] for k in s)
     client = max(s[k]["client_cpu_pct"]["median"] for k in s)
-    if busiest < 50 and client < 50:
-        lower = sum(f["tps"] < m["tps"] for f, m in zip(d["runs"]["fern"], d["runs"]["memcached"]))
+    lower = sum(f["tps"] < m["tps"] for f, m in zip(d["runs"]["fern"], d["runs"]["memcached"]))
+    if client >= 90:
+        L += ["memcaslap used %.0f%% of its core: the client set the pace, so the rates say how "
+              "much client work each server's answers leave room for, and the per-CPU-second "
+              "column what a transaction costs each server." % client, ""]
+    elif busiest < 50 and client < 50 and not quiet:
         L += ["Neither the servers (at most %.0f%% of their core) nor the client (%.0f%%) saturated a "
               "core: both waited mostly to be scheduled among the other jobs on the machine, so the "
               "rate depends on that as much as on the servers, and the per-CPU-second column is the "
-              "one that measures what a transaction costs each server. fern-memcached's rate was the "
-              "lower one in %d of %d rounds; the last column (the busiest thread's "
-              "/proc/PID/task/TID/schedstat) shows how each worker was scheduled, and why "
-              "fern-memcached's got fewer transactions done per second of wall time on this "
-              "loaded machine is not established here." % (
-                  busiest, client, lower, len(d["runs"]["fern"])), ""]
+              "one that measures what a transaction costs each server." % (busiest, client), ""]
+    L += ["fern-memcached's rate was the lower one in %d of %d rounds." % (lower, len(d["runs"]["fern"])), ""]
     L += ["Memory per stored item (RSS growth / items, %d items, -m 1024, nothing evicted):" % d["mem_items"], "",
           "| value bytes | fern-memcached | memcached | fern / memcached |", "| --- | --- | --- | --- |"]
     for size, row in sorted(d["memory"].items(), key=lambda kv: int(kv[0])):
@@ -309,9 +351,10 @@ def main():
             if kind == "fern" and rc != 0:
                 sys.exit("fern-memcached exited with %d" % rc)
             runs[kind].append(res)
-            log("round %d %-9s TPS %6d  per CPU-s %7.0f  server CPU %.2fs  client %3.0f%%  others %3.0f%%" % (
-                r + 1, kind, res["tps"], res["tps_per_cpu_s"], res["server_cpu_s"], res["client_cpu_pct"],
-                res["foreign_cpu_pct"]))
+            log("round %d %-9s TPS %6d  per CPU-s %7.0f  server CPU %.2fs  client %3.0f%%  others %3.0f%%  "
+                "switches/1k %4.0f  load %.1f" % (
+                    r + 1, kind, res["tps"], res["tps_per_cpu_s"], res["server_cpu_s"], res["client_cpu_pct"],
+                    res["foreign_cpu_pct"], res["ctxt_switches_per_1k"], res["loadavg"]))
     memory = {}
     for size in (100, 1000):
         memory[str(size)] = {k: memory_per_item(k, fern_bin, args.mem_items, size) for k in ("fern", "memcached")}

@@ -66,6 +66,7 @@ typedef struct mc_item {
     uint32_t refs; /* the store's reference while linked + readers' */
     uint8_t nkey;
     bool linked;
+    bool active; /* read since it was stored or last passed the LRU tail (store.c) */
     char data[]; /* key, value, "\r\n" */
 } mc_item;
 

@@ -13,7 +13,7 @@ commands and memcached's semantics (CAS, 64-bit incr/decr, relative, absolute
 and negative expiry, delayed flush_all, noreply on every command that takes
 it), bad input (ERROR, CLIENT_ERROR, a too-large value answered and swallowed,
 a bad data chunk, an oversized line closing only its connection, a client
-vanishing mid-value leaving no item), stats fields, LRU eviction under -m,
+vanishing mid-value leaving no item), stats fields, LRU eviction under -m (read items included),
 binary quiet commands and framing errors, 10,000 simultaneous connections each
 answered, the -c limit, the open-file limit and command-line misuse. Checks that depend on where
 fern-memcached differs from memcached on purpose (documented in
@@ -320,6 +320,37 @@ def t_eviction(srv):
     check(value(c, b"e0") is None and value(c, b"e2999") == val, "LRU: oldest gone, newest kept")
 
 
+
+def t_eviction_all_read(srv):
+    # Every item read right after its store: eviction must still make room
+    # (fern-memcached gives read items a second chance; with all of them
+    # marked, the walk has to come round and evict, not give up).
+    c = srv.conn()
+    val = b"r" * 10000
+    stored = 0
+    for i in range(2000):  # 20 MB into an 8 MB cache
+        stored += c.cmd(b"set r%d 0 0 %d\r\n%s\r\n" % (i, len(val), val)) == b"STORED"
+        value(c, b"r%d" % i)
+    st = c.stats()
+    check(stored == 2000, "LRU: every set stored when every item was read", "%d of 2000" % stored)
+    check(int(st["evictions"]) > 0, "LRU: read items evicted in turn", st.get("evictions"))
+    check(int(st["bytes"]) <= 8 * 1024 * 1024, "LRU: bytes within -m with read items", st.get("bytes"))
+    check(value(c, b"r1999") == val, "LRU: the newest read item kept")
+
+
+
+def t_evict_last_read(srv):  # fern only, -m 2: one item fills the cache
+    # The only item, read, must still give way to the next (its second
+    # chance takes it round the list once, then it is evicted).
+    c = srv.conn()
+    val = b"l" * 1200000
+    check(c.cmd(b"set l1 0 0 %d\r\n%s\r\n" % (len(val), val)) == b"STORED", "LRU: one big item stored")
+    check(value(c, b"l1") == val, "LRU: the big item read")
+    check(c.cmd(b"set l2 0 0 %d\r\n%s\r\n" % (len(val), val)) == b"STORED",
+          "LRU: the next big item evicts the only, read one")
+    check(value(c, b"l1") is None and value(c, b"l2") == val, "LRU: the read item gone, the new one kept")
+
+
 def bin_req(op, key=b"", ext=b"", val=b"", opaque=0, cas=0):
     return struct.pack(">BBHBBHIIQ", 0x80, op, len(key), len(ext), 0, 0, len(ext) + len(key) + len(val), opaque, cas) + ext + key + val
 
@@ -442,11 +473,13 @@ run("noreply", t_noreply)
 run("bad input", t_bad_input)
 run("stats", t_stats)
 run("eviction", t_eviction, "-m", "8")
+run("eviction of read items", t_eviction_all_read, "-m", "8")
 run("binary", t_binary)
 run(f"{CONNECTIONS} connections", lambda srv: t_many(srv, CONNECTIONS), "-c", str(CONNECTIONS + 1000),
     stop_timeout=60)  # thousands of threads finishing: slow under the sanitizers
 if FERN:
     run("conn limit", t_conn_limit, "-c", "5")
+    run("eviction of the only item", t_evict_last_read, "-m", "2", "-I", "1500k")
     # -c raises the open-file limit from a low soft limit
     srv = Server("-c", "5000", nofile=1024)
     lim = open(f"/proc/{srv.p.pid}/limits").read()
