@@ -4,17 +4,18 @@
 
 Each round starts each server in turn pinned to CPU 0 (`taskset -c 0`), one
 worker (`fern-memcached -t 1`, `memcached -t 1`), and drives it from CPU 1
-with memcaslap (`taskset -c 1 memcaslap -T 1 -c 64 -t 5s`, its default mix:
-9 gets to 1 set, ~1 KiB values). The order of the two servers alternates
-round by round (A B, B A, ...). Per run it records memcaslap's TPS, the
-server's CPU seconds (user+sys of all its threads, /proc/PID/stat before and
-after the load), transactions per server CPU-second, memcaslap's own CPU use
-(near 100% means the client, not the server, set the pace), and the share of
-the machine's CPU used by other processes meanwhile and the 1-minute load
-average (the report says whether the machine was quiet or shared), the
-context switches of all the server's threads per transaction
-(/proc/PID/task/TID/status), and for the server's busiest thread (its worker) the time it ran and the time
-it waited in the run queue per turn on the CPU (/proc/PID/task/TID/schedstat).
+with memcaslap (`taskset -c 1 memcaslap -T 1 -c 64 -t 5s`, its default mix: 9
+gets to 1 set, ~1 KiB values). The order of the two servers alternates round
+by round (A B, B A, ...). Per run it records memcaslap's TPS, the server's CPU
+seconds (user+sys of all its threads, /proc/PID/stat before and after the
+load), transactions per server CPU-second, memcaslap's own CPU use (near 100%
+means the client, not the server, set the pace), and the share of the
+machine's CPU used by other processes meanwhile and the 1-minute load average
+(the report says whether the machine was quiet or shared), the context
+switches of all the server's threads per transaction
+(/proc/PID/task/TID/status), and for the server's busiest thread (its worker)
+the time it ran and the time it waited in the run queue per turn on the CPU
+(/proc/PID/task/TID/schedstat).
 The servers and memcaslap each start in a session of their own, hence in
 their own scheduler autogroup: each competes with the machine's other jobs as
 a service would, not inside the driver's group.
