@@ -734,7 +734,7 @@ int fern_chan_send_body(fern_chan *ch, const void *elem);
 int fern_chan_recv_body(fern_chan *ch, void *elem);
 int fern_cond_wait_body(fern_cond *c, fern_mutex *m);
 
-/* io.c */
+/* poller.c (the I/O layer: io.h) */
 int io_init(void);
 void io_fini(void);
 bool io_active(void);
@@ -742,6 +742,7 @@ bool io_poll_owned(void);
 int io_poll_nonblocking(void);
 bool io_sleep(struct worker *w, int64_t deadline);
 void io_wake(void);
+uint64_t io_poller_ctls(void);
 
 /* blocking.c */
 void blocking_fini(void);

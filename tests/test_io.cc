@@ -1621,7 +1621,7 @@ TEST(Io, ConcurrentPingPongPairs) {
 }
 
 // ------------------------------------------------------------------------
-// Short transfers on TCP (src/io.c header comment): after a short read the
+// Short transfers on TCP (src/fdtab.c header comment): after a short read the
 // next read parks for the next edge without a system call; after a short
 // write the next write waits for EPOLLOUT. An edge must never be lost, and
 // where "short" does not mean "drained" nothing may be skipped.

@@ -1,0 +1,110 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The entry points libfern lends to fern-hook (hookapi.h has the model).
+ *
+ * fern-hook waits on any number of fds at once, so its waiters are not the
+ * entry's one-per-direction rw/ww but a queue (fdent.pq) that every edge of
+ * the entry claims from (poller.c). fern__io_park takes the entries' locks
+ * in ascending fd order (every other path holds one entry lock at a time),
+ * checks each tick word against the caller's snapshot under its lock, and
+ * parks only if none moved: an edge between the caller's check and the park
+ * either ticked a word (the caller checks again) or finds the waiter queued.
+ */
+#include "io.h"
+#include "hookapi.h"
+
+int fern__hook_green(void) { return thread_current() != NULL; }
+
+void fern__io_forget(int fd)
+{
+    if (LOAD_RELAXED(&FDT.chunks))
+        io_forget(fd);
+}
+
+int fern__io_snap(struct fern__pollent *pe)
+{
+    struct fdent *e = io_register(pe->fd, false);
+    if (!e)
+        return errno;
+    if (!e->pollable)
+        return EPERM;
+    pe->rtick = LOAD(&e->rst) & ~ST_FLAGS;
+    pe->wtick = LOAD(&e->wst) & ~ST_FLAGS;
+    return 0;
+}
+
+struct park_many {
+    const struct fern__pollent *pe;
+    int n;
+};
+
+static void unlock_many(void *arg)
+{
+    const struct park_many *pm = arg;
+    for (int i = 0; i < pm->n; i++)
+        spin_unlock(&fdent_get(pm->pe[i].fd)->lock);
+}
+
+int fern__io_park(const struct fern__pollent *pe, int n, int64_t deadline)
+{
+    struct waiter few[4], *wts = n <= 4 ? few : calloc((size_t)n, sizeof *wts);
+    if (!wts)
+        return FERN__PARK_NOMEM;
+    struct parker p;
+    parker_init(&p);
+    /* Locks in ascending fd order (the caller sorted pe): every other path
+     * holds one entry lock at a time, so this cannot deadlock. */
+    int locked = 0, changed = 0;
+    for (; locked < n; locked++) {
+        struct fdent *e = fdent_get(pe[locked].fd);
+        spin_lock(&e->lock);
+        /* Any edge since the snapshot ticked a word: the caller retries
+         * (this is how an edge between its check and this park is kept). */
+        if (!e->registered || ((pe[locked].dirs & FERN_READ) &&
+                               (LOAD(&e->rst) & ~ST_FLAGS) != pe[locked].rtick) ||
+            ((pe[locked].dirs & FERN_WRITE) &&
+             (LOAD(&e->wst) & ~ST_FLAGS) != pe[locked].wtick)) {
+            changed = 1;
+            spin_unlock(&e->lock);
+            break;
+        }
+        waiter_init(&wts[locked]);
+        wts[locked].p = &p;
+        wts[locked].index = locked;
+        wts[locked].data = (void *)(intptr_t)pe[locked].dirs;
+        waitq_push(&e->pq, &wts[locked]);
+    }
+    int ret;
+    if (changed || (deadline != FERN_FOREVER && fern_now_ns() >= deadline)) {
+        for (int i = 0; i < locked; i++) {
+            waitq_unlink(&wts[i]);
+            spin_unlock(&fdent_get(pe[i].fd)->lock);
+        }
+        ret = changed;
+    } else {
+        fern_thread *self = thread_current();
+        if (self) {
+            STORE_RELAXED(&self->wait_what, "fd (fern-hook)");
+            STORE_RELAXED(&self->wait_obj, (void *)(intptr_t)pe[0].fd);
+        }
+        ADD_RELAXED(&IO.waiters, 1);
+        struct park_many pm = {pe, n};
+        int st = parker_wait(&p, unlock_many, &pm, deadline);
+        __atomic_fetch_sub(&IO.waiters, 1, __ATOMIC_RELAXED);
+        if (self)
+            STORE_RELAXED(&self->wait_what, NULL);
+        for (int i = 0; i < n; i++) {
+            struct fdent *e = fdent_get(pe[i].fd);
+            spin_lock(&e->lock);
+            waitq_unlink(&wts[i]);
+            spin_unlock(&e->lock);
+        }
+        if (st == W_WOKEN)
+            ret = p.result ? -(p.index + 1) : 1;
+        else
+            ret = 0;
+    }
+    if (wts != few)
+        free(wts);
+    return ret;
+}
