@@ -168,6 +168,7 @@ int fern_stats(struct fern_stats *s)
         return EINVAL;
     memset(s, 0, sizeof *s);
     s->bias_revocations = bias_revocations();
+    s->poller_ctls = io_poller_ctls();
     sched_stats(s);
     stack_stats(s);
     monitor_stats(s);

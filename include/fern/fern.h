@@ -682,6 +682,12 @@ struct fern_stats {
     uint64_t bias_revocations; /* mutexes and condition variables taken out of
                                   a one-worker cluster's plain mode (see
                                   fern_mutex) since the process started */
+    uint64_t poller_ctls;      /* epoll_ctl calls fern's poller made on user
+                                  descriptors since fern_init: one when a
+                                  descriptor is first waited on (fern_* I/O
+                                  calls, fern-hook), one at its close; a
+                                  loop of calls on the same descriptors adds
+                                  none (docs/hooks.md) */
     /* Preemption and the monitor (docs/preemption.md). */
     uint64_t preemptions;      /* green threads preempted at the end of their
                                   time slice (live workers) */

@@ -232,6 +232,100 @@ TEST(HookPoll, EpollWaitParks) {
     close(p[1]);
 }
 
+uint64_t poller_ctls() {
+    struct fern_stats st;
+    EXPECT_EQ(fern_stats(&st), 0);
+    return st.poller_ctls;
+}
+
+// The "no per-call epoll_ctl storm": a loop of poll, ppoll, select,
+// pselect and epoll_wait calls on the same descriptors registers each with
+// fern's poller once, at the first wait, and never again; close removes
+// them. Counted by fern's poller itself (fern_stats.poller_ctls, every
+// epoll_ctl it makes on a user descriptor), which also runs where a system
+// call tracer cannot (qemu-user, sandboxes without ptrace). The writer runs
+// on the same worker as the waiter and writes only once the waiter has
+// announced its wait, so the waits park (unless preempted in between).
+TEST(HookPoll, LoopsMakeNoEpollCtlPerCall) {
+    constexpr int kFds = 16, kRounds = 60;
+    auto *ps = new Pipes(kFds);
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    ASSERT_GE(ep, 0);
+    for (int i = 0; i < kFds; i++) {
+        struct epoll_event ev = {};
+        ev.events = EPOLLIN;
+        ev.data.u32 = (uint32_t)i;
+        ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_ADD, ps->p[i][0], &ev), 0);
+    }
+    OneWorker w;
+    uint64_t before = poller_ctls(), used = 0, warm = 0, after = 0;
+    w.run([&] {
+        // A green thread's first read or write of a descriptor registers it
+        // (the hook snapshots before the system call): all 32 ends here.
+        for (auto &x : ps->p) {
+            char c;
+            EXPECT_EQ(write(x[1], "w", 1), 1);
+            EXPECT_EQ(read(x[0], &c, 1), 1);
+        }
+        used = poller_ctls();
+        std::atomic<int> want{-1};
+        fern_thread *wr = nullptr;
+        constexpr int kCalls = 5 * (kRounds + 1);
+        EXPECT_EQ(spawn_on(&wr, nullptr, [&] {
+                      for (int i = 0; i < kCalls; i++) {
+                          while (want.load() != i) fern_yield();
+                          EXPECT_EQ(write(ps->p[(i * 7) % kFds][1], "x", 1), 1);
+                      }
+                  }),
+                  0);
+        int call = 0;
+        // One wait of each kind on fd (i * 7) % kFds's byte; returns when
+        // it has read it.
+        auto wait_one = [&](int kind) {
+            int i = call++, k = (i * 7) % kFds;
+            std::vector<struct pollfd> fds;
+            fd_set rs;
+            FD_ZERO(&rs);
+            int maxfd = 0;
+            for (auto &x : ps->p) {
+                fds.push_back({x[0], POLLIN, 0});
+                FD_SET(x[0], &rs);
+                maxfd = std::max(maxfd, x[0]);
+            }
+            struct timespec ts = {10, 0};
+            struct timeval tv = {10, 0};
+            struct epoll_event out[4];
+            want.store(i);
+            switch (kind) {
+            case 0: EXPECT_EQ(poll(fds.data(), fds.size(), 10000), 1); break;
+            case 1: EXPECT_EQ(ppoll(fds.data(), fds.size(), &ts, nullptr), 1); break;
+            case 2: EXPECT_EQ(select(maxfd + 1, &rs, nullptr, nullptr, &tv), 1); break;
+            case 3: EXPECT_EQ(pselect(maxfd + 1, &rs, nullptr, nullptr, &ts, nullptr), 1); break;
+            case 4:
+                EXPECT_EQ(epoll_wait(ep, out, 4, 10000), 1);
+                EXPECT_EQ(out[0].data.u32, (uint32_t)k);
+                break;
+            }
+            char c;
+            EXPECT_EQ(read(ps->p[k][0], &c, 1), 1);
+        };
+        for (int kind = 0; kind < 5; kind++) wait_one(kind);
+        warm = poller_ctls();
+        for (int r = 0; r < kRounds; r++)
+            for (int kind = 0; kind < 5; kind++) wait_one(kind);
+        after = poller_ctls();
+        EXPECT_EQ(fern_join(wr, nullptr), 0);
+    });
+    EXPECT_EQ(used - before, 2u * kFds);
+    // The first waits registered only the epoll fd, then nothing more.
+    EXPECT_EQ(warm - used, 1u);
+    EXPECT_EQ(after, warm) << "epoll_ctl calls during " << 5 * kRounds << " waits";
+    delete ps;
+    close(ep);
+    // Closing removes each registered descriptor once.
+    EXPECT_EQ(poller_ctls() - after, 2u * kFds + 1);
+}
+
 TEST(HookPoll, PlainThreadIsLibc) {
     int p[2];
     ASSERT_EQ(pipe(p), 0);
