@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: MIT
 // fern-hook, sockets and names: connect/accept on green threads of one
-// worker, refused connections, SO_SNDTIMEO on connect, the resolver on the
-// blocking pool, fork (the child runs with hooking off), FERN_HOOK=0.
+// worker, refused connections, SO_SNDTIMEO on TCP and AF_UNIX connect, the
+// resolver on the blocking pool, fork (the child runs with hooking off),
+// FERN_HOOK=0.
 #include "hook_test.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 
 #include <cstring>
@@ -131,6 +133,99 @@ TEST(HookNet, UserNonblockConnectSaysInProgress) {
         close(s);
     });
     close(l);
+}
+
+// A listener whose accept queue is full (backlog 0 holds one connection
+// nobody accepts) drops further SYNs, so a TCP connect to it waits for a
+// retransmission a second away: SO_SNDTIMEO bounds that wait, and its
+// expiry gives EINPROGRESS, as the kernel's blocking connect does.
+TEST(HookNet, SndtimeoBoundsConnect) {
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(l, 0);
+    struct sockaddr_in a = loopback(0);
+    ASSERT_EQ(bind(l, (struct sockaddr *)&a, sizeof a), 0);
+    ASSERT_EQ(listen(l, 0), 0);
+    socklen_t al = sizeof a;
+    ASSERT_EQ(getsockname(l, (struct sockaddr *)&a, &al), 0);
+    int first = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_EQ(connect(first, (struct sockaddr *)&a, sizeof a), 0);  // fills the queue
+    struct timeval tv = {0, 200000};
+    // Plain thread: the kernel's own answer, for comparison.
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_EQ(setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv), 0);
+    int64_t t0 = fern_now_ns();
+    EXPECT_EQ(connect(s, (struct sockaddr *)&a, sizeof a), -1);
+    EXPECT_EQ(get_errno(), EINPROGRESS);
+    EXPECT_GE(fern_now_ns() - t0, ms(190));
+    close(s);
+    OneWorker w;
+    int64_t late;
+    {
+        Ticker tick(w);
+        w.run([&] {
+            int g = socket(AF_INET, SOCK_STREAM, 0);
+            ASSERT_EQ(setsockopt(g, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv), 0);
+            int64_t t1 = fern_now_ns();
+            EXPECT_EQ(connect(g, (struct sockaddr *)&a, sizeof a), -1);
+            EXPECT_EQ(get_errno(), EINPROGRESS);
+            int64_t took = fern_now_ns() - t1;
+            EXPECT_GE(took, ms(190));
+            EXPECT_LT(took, ms(900)) << "waited for the SYN retransmission, not the timeout";
+            EXPECT_FALSE(fcntl(g, F_GETFL) & O_NONBLOCK);
+            close(g);
+        });
+        late = tick.late_ns.load();
+    }
+    EXPECT_LT(late, kLateLimit);
+    close(first);
+    close(l);
+}
+
+// A full AF_UNIX backlog answers a blocking connect only when room comes or
+// SO_SNDTIMEO passes (EAGAIN). On a green thread the hook retries with
+// back-off within that time, and the worker runs on meanwhile.
+TEST(HookNet, SndtimeoBoundsUnixConnect) {
+    char dir[] = "/tmp/fern-hook-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    struct sockaddr_un u = {};
+    u.sun_family = AF_UNIX;
+    snprintf(u.sun_path, sizeof u.sun_path, "%s/s", dir);
+    int l = socket(AF_UNIX, SOCK_STREAM, 0);
+    ASSERT_EQ(bind(l, (struct sockaddr *)&u, sizeof u), 0);
+    ASSERT_EQ(listen(l, 0), 0);
+    std::vector<int> queued;
+    OneWorker w;
+    int64_t late;
+    {
+        Ticker tick(w);
+        w.run([&] {
+            struct timeval tv = {0, 150000};
+            // Fill the backlog, then one more connect must wait it out.
+            for (int i = 0; i < 8; i++) {
+                int g = socket(AF_UNIX, SOCK_STREAM, 0);
+                ASSERT_EQ(setsockopt(g, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv), 0);
+                int64_t t1 = fern_now_ns();
+                int r = connect(g, (struct sockaddr *)&u, sizeof u);
+                int64_t took = fern_now_ns() - t1;
+                if (r == 0) {
+                    queued.push_back(g);
+                    continue;
+                }
+                EXPECT_EQ(get_errno(), EAGAIN);
+                EXPECT_GE(took, ms(100));
+                EXPECT_LT(took, kLateLimit);
+                close(g);
+                return;
+            }
+            ADD_FAILURE() << "the backlog never filled";
+        });
+        late = tick.late_ns.load();
+    }
+    EXPECT_LT(late, kLateLimit);
+    for (int q : queued) close(q);
+    close(l);
+    unlink(u.sun_path);
+    rmdir(dir);
 }
 
 TEST(HookNet, PlainThreadConnectAcceptAsLibc) {
