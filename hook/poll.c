@@ -18,8 +18,23 @@
  *
  * A descriptor closed while a green thread waits on it: poll reports it
  * POLLNVAL, select fails with EBADF, epoll_wait on a closed epoll fd fails
- * with EBADF. Signal masks (ppoll, pselect, epoll_pwait) belong to kernel
- * threads; a green thread that passes one waits without changing any mask.
+ * with EBADF.
+ *
+ * Signal masks (ppoll, pselect, epoll_pwait). A mask belongs to a kernel
+ * thread, and the worker's is shared by all its green threads, so a green
+ * thread's wait never changes it. Instead:
+ *  - the first, zero-timeout check passes the mask to the kernel, which
+ *    applies it atomically for that instant: a signal already pending that
+ *    the mask unblocks interrupts the call (EINTR, its handler runs);
+ *  - if the mask unblocks a signal the worker blocks (the pattern: block
+ *    SIGCHLD everywhere, then pselect with a mask that lets it in), the wait
+ *    runs on the blocking pool with the mask: that pool thread is then a
+ *    kernel thread that takes the signal, the handler runs there and the
+ *    call returns EINTR;
+ *  - otherwise the green thread parks as without a mask: the mask lets in
+ *    nothing the worker does not, and a signal that comes is taken by
+ *    whichever thread the kernel picks, as in any multi-threaded program.
+ * docs/hooks.md states the rule for users.
  */
 #include "hook.h"
 
@@ -38,13 +53,25 @@ static long raw_ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, c
     return hk_sys(SYS_ppoll, fds, n, ts, m, KSIGSET);
 }
 
-/* ppoll without waiting. The zero timeout is a local, not a constant:
- * ppoll writes the time left back, and where Linux ignores a read-only
- * timeout qemu-user fails the whole call with EFAULT. */
-static long poll_now(struct pollfd *fds, nfds_t n)
+/* ppoll without waiting, under `mask` for that instant if not NULL. The
+ * zero timeout is a local, not a constant: ppoll writes the time left back,
+ * and where Linux ignores a read-only timeout qemu-user fails the whole call
+ * with EFAULT. */
+static long poll_now(struct pollfd *fds, nfds_t n, const sigset_t *mask)
 {
     struct timespec ts = {0, 0};
-    return hk_sys(SYS_ppoll, fds, n, &ts, NULL, KSIGSET);
+    return hk_sys(SYS_ppoll, fds, n, &ts, mask, KSIGSET);
+}
+
+/* Does mask let in a signal the calling kernel thread blocks? Then the
+ * wait belongs on the blocking pool (header comment). */
+static int mask_unblocks(const sigset_t *mask)
+{
+    uint64_t cur, m;
+    if (!mask || hk_sys(SYS_rt_sigprocmask, SIG_BLOCK, NULL, &cur, KSIGSET) < 0)
+        return 0;
+    memcpy(&m, mask, sizeof m);
+    return (cur & ~m) != 0;
 }
 
 /* timeout in ms (< 0: none) -> a deadline. */
@@ -119,11 +146,16 @@ static struct timespec *left_ts(int64_t dl, struct timespec *ts)
 }
 
 /* ---- poll ---- */
-static long poll_green(struct pollfd *fds, nfds_t n, int64_t dl)
+static long poll_green(struct pollfd *fds, nfds_t n, int64_t dl, const sigset_t *mask)
 {
-    long r = poll_now(fds, n);
+    long r = poll_now(fds, n, mask);
     if (r != 0 || (dl != FERN_FOREVER && dl <= fern_now_ns()))
         return r;
+    if (mask_unblocks(mask)) {
+        struct timespec ts;
+        return on_pool((struct hk_call){
+            SYS_ppoll, {(long)fds, (long)n, (long)left_ts(dl, &ts), (long)mask, KSIGSET}});
+    }
     if (n == 0) {
         fern_sleep_until(dl);
         return 0;
@@ -147,7 +179,7 @@ static long poll_green(struct pollfd *fds, nfds_t n, int64_t dl)
             r = on_pool((struct hk_call){SYS_ppoll, {(long)fds, (long)n, (long)left_ts(dl, &ts)}});
             break;
         }
-        r = poll_now(fds, n);
+        r = poll_now(fds, n, NULL);
         if (r != 0)
             break;
         int k = fern__io_park(pe, m, dl);
@@ -156,12 +188,12 @@ static long poll_green(struct pollfd *fds, nfds_t n, int64_t dl)
             continue;
         }
         if (k == 0) {
-            r = poll_now(fds, n);
+            r = poll_now(fds, n, NULL);
             break;
         }
         if (k < 0) {
             int gone = pe[-k - 1].fd;
-            r = poll_now(fds, n);
+            r = poll_now(fds, n, NULL);
             if (r >= 0) {
                 r = 0;
                 for (nfds_t i = 0; i < n; i++) {
@@ -186,7 +218,7 @@ int poll(struct pollfd *fds, nfds_t n, int timeout)
     }
     {
         HK_TSAN_ENTER();
-        long r_ = poll_green(fds, n, ms_deadline(timeout));
+        long r_ = poll_green(fds, n, ms_deadline(timeout), NULL);
         HK_TSAN_LEAVE();
         return (int)hk_ret(r_);
     }
@@ -206,7 +238,7 @@ int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_
         return (int)hk_ret(-EINVAL);
     {
         HK_TSAN_ENTER();
-        long r_ = poll_green(fds, n, ts_deadline(ts));
+        long r_ = poll_green(fds, n, ts_deadline(ts), mask);
         HK_TSAN_LEAVE();
         return (int)hk_ret(r_);
     }
@@ -234,14 +266,22 @@ struct sel {
     fd_set in_r, in_w, in_e;
 };
 
-/* Zero-timeout check on copies of the caller's sets; the result goes back
- * to the caller only when something is ready (or at the end). */
-static long sel_check(struct sel *s, int final)
+/* pselect6's last argument: the mask and its size. */
+struct ksigmask {
+    const sigset_t *ss;
+    size_t len;
+};
+
+/* Zero-timeout check on copies of the caller's sets (under `mask` for that
+ * instant if not NULL); the result goes back to the caller only when
+ * something is ready (or at the end). */
+static long sel_check(struct sel *s, int final, const sigset_t *mask)
 {
     fd_set r = s->in_r, w = s->in_w, e = s->in_e;
     struct timespec z = {0, 0};
+    struct ksigmask sm = {mask, KSIGSET};
     long n = hk_sys(SYS_pselect6, s->nfds, s->r ? &r : NULL, s->w ? &w : NULL, s->e ? &e : NULL,
-                    &z, NULL);
+                    &z, mask ? &sm : NULL);
     if (n > 0 || (n == 0 && final)) {
         if (s->r)
             *s->r = r;
@@ -253,7 +293,8 @@ static long sel_check(struct sel *s, int final)
     return n;
 }
 
-static long select_green(int nfds, fd_set *rs, fd_set *ws, fd_set *es, int64_t dl)
+static long select_green(int nfds, fd_set *rs, fd_set *ws, fd_set *es, int64_t dl,
+                         const sigset_t *mask)
 {
     if (nfds < 0 || nfds > FD_SETSIZE)
         return -EINVAL;
@@ -268,15 +309,21 @@ static long select_green(int nfds, fd_set *rs, fd_set *ws, fd_set *es, int64_t d
     if (es)
         s.in_e = *es;
     int expired = dl != FERN_FOREVER && dl <= fern_now_ns();
-    long r = sel_check(&s, expired);
+    long r = sel_check(&s, expired, mask);
     if (r != 0 || expired)
         return r;
+    if (mask_unblocks(mask)) {
+        struct timespec ts;
+        struct ksigmask sm = {mask, KSIGSET};
+        return on_pool((struct hk_call){SYS_pselect6, {nfds, (long)rs, (long)ws, (long)es,
+                                                       (long)left_ts(dl, &ts), (long)&sm}});
+    }
     int m = 0, count = 0;
     for (int fd = 0; fd < nfds; fd++)
         count += (rs && FD_ISSET(fd, rs)) || (ws && FD_ISSET(fd, ws)) || (es && FD_ISSET(fd, es));
     if (count == 0) {
         fern_sleep_until(dl);
-        return sel_check(&s, 1);
+        return sel_check(&s, 1, NULL);
     }
     struct fern__pollent *pe = malloc((size_t)count * sizeof *pe);
     if (!pe)
@@ -295,7 +342,7 @@ static long select_green(int nfds, fd_set *rs, fd_set *ws, fd_set *es, int64_t d
                                                         (long)left_ts(dl, &ts), 0}});
             break;
         }
-        r = sel_check(&s, 0);
+        r = sel_check(&s, 0, NULL);
         if (r != 0)
             break;
         int k = fern__io_park(pe, m, dl);
@@ -304,7 +351,7 @@ static long select_green(int nfds, fd_set *rs, fd_set *ws, fd_set *es, int64_t d
             continue;
         }
         if (k == 0) {
-            r = sel_check(&s, 1);
+            r = sel_check(&s, 1, NULL);
             break;
         }
         if (k < 0) {
@@ -342,7 +389,7 @@ int select(int nfds, fd_set *rs, fd_set *ws, fd_set *es, struct timeval *tv)
     int64_t dl = tv ? fern_now_ns() + tv->tv_sec * 1000000000ll + tv->tv_usec * 1000ll
                     : FERN_FOREVER;
     HK_TSAN_ENTER();
-    long r = select_green(nfds, rs, ws, es, dl);
+    long r = select_green(nfds, rs, ws, es, dl, NULL);
     HK_TSAN_LEAVE();
     if (tv) { /* Linux writes back the time not slept */
         int64_t left = dl - fern_now_ns();
@@ -363,30 +410,30 @@ int pselect(int nfds, fd_set *rs, fd_set *ws, fd_set *es, const struct timespec 
             copy = *ts;
             tp = &copy;
         }
-        struct {
-            const sigset_t *ss;
-            size_t len;
-        } sm = {mask, KSIGSET};
-        return (int)hk_ret(hk_sys(SYS_pselect6, nfds, rs, ws, es, tp, &sm));
+        struct ksigmask sm = {mask, KSIGSET};
+        return (int)hk_ret(hk_sys(SYS_pselect6, nfds, rs, ws, es, tp, mask ? &sm : NULL));
     }
     if (ts && (ts->tv_sec < 0 || ts->tv_nsec < 0 || ts->tv_nsec >= 1000000000))
         return (int)hk_ret(-EINVAL);
     {
         HK_TSAN_ENTER();
-        long r_ = select_green(nfds, rs, ws, es, ts_deadline(ts));
+        long r_ = select_green(nfds, rs, ws, es, ts_deadline(ts), mask);
         HK_TSAN_LEAVE();
         return (int)hk_ret(r_);
     }
 }
 
 /* ---- epoll ---- */
-static long epoll_green(int epfd, struct epoll_event *ev, int max, int64_t dl)
+static long epoll_green(int epfd, struct epoll_event *ev, int max, int64_t dl,
+                        const sigset_t *mask)
 {
-    long r = hk_sys(SYS_epoll_pwait, epfd, ev, max, 0, NULL, KSIGSET);
+    long r = hk_sys(SYS_epoll_pwait, epfd, ev, max, 0, mask, KSIGSET);
     if (r != 0 || (dl != FERN_FOREVER && dl <= fern_now_ns()))
         return r;
     struct fern__pollent pe = {.fd = epfd, .dirs = FERN_READ};
-    int parkable = hk_state(hk_fd_find(epfd)) & HK_MANAGED;
+    if (!mask_unblocks(mask))
+        mask = NULL;
+    int parkable = !mask && (hk_state(hk_fd_find(epfd)) & HK_MANAGED);
     for (;;) {
         if (!parkable || fern__io_snap(&pe)) {
             long ms = -1;
@@ -394,7 +441,8 @@ static long epoll_green(int epfd, struct epoll_event *ev, int max, int64_t dl)
                 int64_t left = dl - fern_now_ns();
                 ms = left <= 0 ? 0 : (long)((left + 999999) / 1000000);
             }
-            return on_pool((struct hk_call){SYS_epoll_pwait, {epfd, (long)ev, max, ms, 0, KSIGSET}});
+            return on_pool(
+                (struct hk_call){SYS_epoll_pwait, {epfd, (long)ev, max, ms, (long)mask, KSIGSET}});
         }
         r = hk_sys(SYS_epoll_pwait, epfd, ev, max, 0, NULL, KSIGSET);
         if (r != 0)
@@ -415,7 +463,7 @@ int epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout, const si
         return (int)hk_ret(-EINVAL);
     {
         HK_TSAN_ENTER();
-        long r_ = epoll_green(epfd, ev, max, ms_deadline(timeout));
+        long r_ = epoll_green(epfd, ev, max, ms_deadline(timeout), mask);
         HK_TSAN_LEAVE();
         return (int)hk_ret(r_);
     }
