@@ -112,6 +112,24 @@ TEST(HookSleep, GreenErrorsAsLibc) {
 
 void on_alarm(int) {}
 
+// Waits until kernel thread tid is inside system call nr (its
+// /proc/.../syscall line starts with the number), for at most 2 s: qemu-user
+// shows the host's numbers, and there the 2 s wait stands in.
+void in_syscall(long tid, long nr) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%ld/syscall", tid);
+    for (int i = 0; i < 2000; i++) {
+        FILE *f = fopen(path, "r");
+        long got = -1;
+        if (f) {
+            if (fscanf(f, "%ld", &got) != 1) got = -1;
+            fclose(f);
+        }
+        if (got == nr) return;
+        usleep(1000);
+    }
+}
+
 TEST(HookSleep, PlainThreadIsLibc) {
     struct timespec bad = {0, -1};
     set_errno(0);
@@ -122,26 +140,40 @@ TEST(HookSleep, PlainThreadIsLibc) {
     EXPECT_EQ(usleep(20000), 0);
     EXPECT_GE(fern_now_ns() - t0, ms(20));
 
-    // A signal without SA_RESTART interrupts: EINTR and the time left.
+    // A signal without SA_RESTART interrupts: EINTR and the time left. The
+    // killer signals 50 ms after it has seen this thread inside the system
+    // call, and the time left is checked against the time this thread
+    // measured around the call: a machine too busy to run the killer on
+    // time makes the call longer, not the check wrong.
     struct sigaction sa = {}, old;
     sa.sa_handler = on_alarm;
     ASSERT_EQ(sigaction(SIGUSR1, &sa, &old), 0);
     pthread_t self = pthread_self();
-    std::thread killer([self] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        pthread_kill(self, SIGUSR1);
-    });
+    long tid = syscall(SYS_gettid);
+    auto killer = [self, tid] {
+        return std::thread([self, tid] {
+            in_syscall(tid, SYS_nanosleep);
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            pthread_kill(self, SIGUSR1);
+        });
+    };
+    std::thread k1 = killer();
     struct timespec ts = {5, 0}, rem = {0, 0};
+    t0 = fern_now_ns();
     EXPECT_EQ(nanosleep(&ts, &rem), -1);
+    int64_t took = fern_now_ns() - t0;
     EXPECT_EQ(get_errno(), EINTR);
-    EXPECT_GT(rem.tv_sec, 1);  // signalled after ~50 ms; late on a loaded machine
-    killer.join();
-    std::thread killer2([self] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        pthread_kill(self, SIGUSR1);
-    });
-    EXPECT_GE(sleep(5), 2u);  // whole seconds not slept (~4; the signal may come late)
-    killer2.join();
+    int64_t left = rem.tv_sec * 1000000000ll + rem.tv_nsec;
+    EXPECT_GE(left, ms(5000) - took - ms(2));  // slept no longer than it took
+    EXPECT_LE(left, ms(5000) - ms(50));        // slept until the signal
+    k1.join();
+    std::thread k2 = killer();
+    t0 = fern_now_ns();
+    unsigned whole = sleep(5);  // whole seconds not slept: 4 unless delayed
+    took = fern_now_ns() - t0;
+    EXPECT_GE(whole, (unsigned)((ms(5000) - took - ms(2)) / ms(1000)));
+    EXPECT_LE(whole, 4u);
+    k2.join();
     sigaction(SIGUSR1, &old, nullptr);
 }
 
