@@ -185,6 +185,10 @@ def write(res):
         % (med([x["wall_s"] for x in s]), max(x["wall_s"] for x in s), med([x["ticker_late_max_ms"] for x in s]),
            min(x["ticker_late_max_ms"] for x in s), max(x["ticker_late_max_ms"] for x in s),
            sum(x["errors"] for x in s)),
+        "| hook-sleep: a plain pthread's 1 ms clock_nanosleep ticker in the same runs (the machine's own lateness) | late %.1f ms median (min %.1f, max %.1f) | |"
+        % (med([x.get("plain_ticker_late_max_ms", float("nan")) for x in s]),
+           min(x.get("plain_ticker_late_max_ms", float("nan")) for x in s),
+           max(x.get("plain_ticker_late_max_ms", float("nan")) for x in s)),
         "| hook-pg: 40 green threads, 1 worker, SELECT pg_sleep(0.3) | wall %.3f s (max %.3f), ticker late %.1f ms median (max %.1f), errors %d | <= 1.2 s, late <= 10 ms |"
         % (med([x["wall_s"] for x in p]), max(x["wall_s"] for x in p), med([x["ticker_late_max_ms"] for x in p]),
            max(x["ticker_late_max_ms"] for x in p), sum(x["errors"] for x in p)),
