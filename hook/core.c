@@ -98,6 +98,18 @@ long hk_plain_retry(int fd, int dir, const struct hk_call *c)
     }
 }
 
+/* The size a read asks for when the short-transfer rule applies to it
+ * (read, and recv/recvfrom without flags: one stream, nothing left queued
+ * by a peek or a partial wait), else 0. Sizes above 1 GiB do not qualify:
+ * the kernel stops a single call near 2 GiB for its own reasons. */
+static size_t short_ask(int dir, const struct hk_call *c)
+{
+    if (dir != FERN_READ || !(c->nr == SYS_read || (c->nr == SYS_recvfrom && c->a[3] == 0)))
+        return 0;
+    size_t n = (size_t)c->a[2];
+    return n - 1 < (1u << 30) ? n : 0;
+}
+
 static long green_transfer(int fd, int dir, int nowait, const struct hk_call *c)
 {
     struct hk_fd *h = hk_fd_find(fd);
@@ -107,6 +119,8 @@ static long green_transfer(int fd, int dir, int nowait, const struct hk_call *c)
     if (!(st & HK_FLIPPED) && hk_flip(fd, h) < 0)
         return hk_do(c);
     int64_t dl = -1;
+    size_t ask = short_ask(dir, c);
+    int last = 0; /* the deadline passed while skipping: one call, then EAGAIN */
     for (;;) {
         struct fern__pollent pe = {.fd = fd, .dirs = dir};
         if (fern__io_snap(&pe)) {
@@ -114,9 +128,29 @@ static long green_transfer(int fd, int dir, int nowait, const struct hk_call *c)
             long r = hk_do(c);
             return r == -EAGAIN ? hk_plain_retry(fd, dir, c) : r;
         }
+        uint32_t token = 0;
+        if (ask) {
+            /* The last read of this TCP socket was short and no edge came
+             * since: this one could only say EAGAIN, so wait first. */
+            if (!last && (pe.drained & dir)) {
+                if (dl < 0)
+                    dl = hk_deadline(__atomic_load_n(&h->rcvto, __ATOMIC_RELAXED));
+                int k = fern__io_park(&pe, 1, dl);
+                if (k < 0)
+                    return -EBADF;
+                last = k == 0;
+                continue;
+            }
+            token = fern__io_begin(&pe);
+        }
         long r = hk_do(c);
-        if (r != -EAGAIN)
+        if (r != -EAGAIN) {
+            if (token && r > 0 && (size_t)r < ask)
+                fern__io_short(&pe, token);
             return r;
+        }
+        if (last)
+            return -EAGAIN;
         if (dl < 0)
             dl = hk_deadline(__atomic_load_n(dir == FERN_READ ? &h->rcvto : &h->sndto,
                                              __ATOMIC_RELAXED));

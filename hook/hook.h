@@ -23,7 +23,10 @@
  * blocking waits and retries:
  *  - on a green thread it parks through libfern (hookapi.h: tick snapshot
  *    before the call, park on the fd's edge, deadline from SO_RCVTIMEO /
- *    SO_SNDTIMEO, EAGAIN when it passes, EBADF when the fd is closed);
+ *    SO_SNDTIMEO, EAGAIN when it passes, EBADF when the fd is closed); on
+ *    a TCP socket whose last read came back short, a read parks before its
+ *    system call, which could only say EAGAIN (fern's short-transfer rule,
+ *    src/fdtab.c; core.c's green_transfer);
  *  - on a plain thread (only possible once FLIPPED) it blocks in ppoll(2)
  *    with the same deadline, which is what the kernel's blocking call does.
  * A user non-blocking descriptor or MSG_DONTWAIT gets EAGAIN, as from libc.

@@ -35,12 +35,25 @@ struct fern__pollent {
     int fd;
     int dirs;               /* FERN_READ | FERN_WRITE */
     uint32_t rtick, wtick;  /* filled in by fern__io_snap */
+    int drained;            /* fern__io_snap: directions marked drained */
 };
 
 /* Register pe->fd if needed and take its tick snapshot. Returns 0, or an
  * errno value (EPERM: epoll refuses this fd, e.g. a regular file). Starts
  * the runtime if it is not running. */
 FERN__API int fern__io_snap(struct fern__pollent *pe);
+
+/* The short-transfer rule of fern's TCP calls (src/fdtab.c) for a snapped
+ * entry with one direction in pe->dirs. fern__io_begin, right before the
+ * system call: returns a token (0: not a TCP socket, nothing to do) and
+ * moves pe's tick of that direction to the value it set, so a park after
+ * an EAGAIN uses it. fern__io_short, after a result 0 < r < asked: marks
+ * the direction drained unless an edge came since. A later fern__io_snap
+ * that reports the direction in pe->drained means the call would only say
+ * EAGAIN: the caller parks first (and makes the call once if its deadline
+ * passes there). */
+FERN__API uint32_t fern__io_begin(struct fern__pollent *pe);
+FERN__API void fern__io_short(const struct fern__pollent *pe, uint32_t token);
 
 /* Park the calling green thread until an edge on one of the n entries (fds
  * unique and ascending, each snapped), or the deadline (absolute,

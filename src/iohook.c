@@ -28,9 +28,33 @@ int fern__io_snap(struct fern__pollent *pe)
         return errno;
     if (!e->pollable)
         return EPERM;
-    pe->rtick = LOAD(&e->rst) & ~ST_FLAGS;
-    pe->wtick = LOAD(&e->wst) & ~ST_FLAGS;
+    uint32_t r = LOAD(&e->rst), w = LOAD(&e->wst);
+    pe->rtick = r & ~ST_FLAGS;
+    pe->wtick = w & ~ST_FLAGS;
+    pe->drained = (r & ST_DRAINED ? FERN_READ : 0) | (w & ST_DRAINED ? FERN_WRITE : 0);
     return 0;
+}
+
+uint32_t fern__io_begin(struct fern__pollent *pe)
+{
+    struct fdent *e = fdent_get(pe->fd);
+    if (!e || !LOAD_RELAXED(&e->tcp))
+        return 0;
+    if (pe->dirs == FERN_READ) {
+        uint32_t m = st_begin(&e->rst);
+        pe->rtick = m & ~ST_FLAGS;
+        return m;
+    }
+    uint32_t m = st_begin(&e->wst);
+    pe->wtick = m & ~ST_FLAGS;
+    return m;
+}
+
+void fern__io_short(const struct fern__pollent *pe, uint32_t token)
+{
+    struct fdent *e = fdent_get(pe->fd);
+    if (e && token)
+        st_short(pe->dirs == FERN_READ ? &e->rst : &e->wst, token);
 }
 
 struct park_many {

@@ -228,6 +228,82 @@ TEST(HookNet, SndtimeoBoundsUnixConnect) {
     rmdir(dir);
 }
 
+// read() system calls of this process so far (/proc/self/io syscr).
+long read_syscalls() {
+    FILE *f = fopen("/proc/self/io", "r");
+    char k[32];
+    long v, got = -1;
+    while (f && fscanf(f, "%31s %ld", k, &v) == 2)
+        if (strcmp(k, "syscr:") == 0) got = v;
+    if (f) fclose(f);
+    return got;
+}
+
+// The short-transfer rule (src/fdtab.c) on the hook's TCP reads: after a
+// read that came back short, the next read parks for the next edge without
+// the system call that could only say EAGAIN. A ping-pong of small messages
+// between two green threads of one worker then costs one read per message
+// and side instead of two.
+TEST(HookNet, ShortTcpReadSkipsTheEagainRead) {
+    uint16_t port;
+    int l = listener(&port);
+    int a = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = loopback(port);
+    ASSERT_EQ(connect(a, (struct sockaddr *)&sa, sizeof sa), 0);
+    int b = accept(l, nullptr, nullptr);
+    ASSERT_GE(b, 0);
+    constexpr int kRounds = 300;
+    long reads = 0;
+    OneWorker w;
+    fern_thread *echo = w.spawn([&] {
+        char buf[4096];
+        for (int i = 0; i < kRounds; i++) {
+            ssize_t r = read(b, buf, sizeof buf);
+            ASSERT_EQ(r, 8);
+            ASSERT_EQ(write(b, buf, r), r);
+        }
+    });
+    w.run([&] {
+        char buf[4096];
+        long r0 = read_syscalls();
+        for (int i = 0; i < kRounds; i++) {
+            ASSERT_EQ(write(a, "12345678", 8), 8);
+            ASSERT_EQ(read(a, buf, sizeof buf), 8);
+        }
+        reads = read_syscalls() - r0;
+    });
+    OneWorker::join(echo);
+    // 2 per round trip with the rule, 4 without (each side's read before
+    // its data came would say EAGAIN); a little room for other threads.
+    EXPECT_GE(reads, 2 * kRounds);
+    EXPECT_LE(reads, 2 * kRounds + kRounds / 4);
+    // A deadline still ends a skipped wait: SO_RCVTIMEO after a short read.
+    struct timeval tv = {0, 100000};
+    ASSERT_EQ(setsockopt(a, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+    w.run([&] {
+        char buf[4096];
+        ASSERT_EQ(write(b, "xy", 2), 2);
+        ASSERT_EQ(read(a, buf, sizeof buf), 2);  // short: drained
+        int64_t t0 = fern_now_ns();
+        EXPECT_EQ(read(a, buf, sizeof buf), -1);
+        EXPECT_EQ(get_errno(), EAGAIN);
+        EXPECT_GE(fern_now_ns() - t0, ms(95));
+        // Data that comes while parked after a short read wakes the reader.
+        fern_thread *late = nullptr;
+        EXPECT_EQ(spawn_on(&late, nullptr, [&] {
+                      usleep(20000);
+                      EXPECT_EQ(write(b, "z", 1), 1);
+                  }),
+                  0);
+        ASSERT_EQ(read(a, buf, 1), 1);       // not short (1 of 1): no mark
+        EXPECT_EQ(buf[0], 'z');
+        EXPECT_EQ(fern_join(late, nullptr), 0);
+    });
+    close(a);
+    close(b);
+    close(l);
+}
+
 TEST(HookNet, PlainThreadConnectAcceptAsLibc) {
     uint16_t port;
     int l = listener(&port);
