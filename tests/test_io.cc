@@ -2159,6 +2159,43 @@ TEST(IoShort, UnixStreamShortReadAfterScmRightsDoesNotWait)
 // A read parked by the rule (no system call) still honours the fd's
 // deadline, still gets data that is there once the deadline has passed, and
 // fern_close still wakes it with EBADF.
+// fern_stats().poller_ctls: a descriptor is registered with the poller by
+// its first call, not again however many times its calls park, and removed
+// by fern_close.
+TEST(IoStats, PollerRegistersOncePerDescriptor)
+{
+    Watchdog wd(60);
+    Pair p = unix_pair();
+    auto ctls = [] {
+        struct fern_stats st;
+        EXPECT_EQ(0, fern_stats(&st));
+        return st.poller_ctls;
+    };
+    uint64_t c0 = 0, c1 = 0, c2 = 0;
+    ASSERT_EQ(0, run_green([&] {
+                  c0 = ctls();
+                  fern_thread *echo = spawn_c(nullptr, [&] {
+                      char c;
+                      for (int i = 0; i < 200; i++) {
+                          ASSERT_EQ(1, fern_read(p.b, &c, 1));
+                          ASSERT_EQ(1, fern_write(p.b, &c, 1));
+                      }
+                  });
+                  char c = 'x';
+                  for (int i = 0; i < 200; i++) {
+                      ASSERT_EQ(1, fern_write(p.a, &c, 1));
+                      ASSERT_EQ(1, fern_read(p.a, &c, 1));
+                  }
+                  join(echo);
+                  c1 = ctls();
+                  EXPECT_EQ(0, fern_close(p.a));
+                  EXPECT_EQ(0, fern_close(p.b));
+                  c2 = ctls();
+              }));
+    EXPECT_EQ(2u, c1 - c0);
+    EXPECT_EQ(2u, c2 - c1);
+}
+
 TEST(IoShort, ParkedAfterShortReadKeepsDeadlineAndClose)
 {
     Watchdog wd(60);
