@@ -25,7 +25,11 @@
  * thread's wait never changes it. Instead:
  *  - the first, zero-timeout check passes the mask to the kernel, which
  *    applies it atomically for that instant: a signal already pending that
- *    the mask unblocks interrupts the call (EINTR, its handler runs);
+ *    the mask unblocks interrupts the call (EINTR, its handler runs). This
+ *    check (masked_first) runs before the rest of the call moves to its
+ *    second TSan fiber: ThreadSanitizer runs a handler at the next
+ *    intercepted call of the fiber the signal came on, and that second
+ *    fiber may never run again;
  *  - if the mask unblocks a signal the worker blocks (the pattern: block
  *    SIGCHLD everywhere, then pselect with a mask that lets it in), the wait
  *    runs on the blocking pool with the mask: that pool thread is then a
@@ -146,9 +150,11 @@ static struct timespec *left_ts(int64_t dl, struct timespec *ts)
 }
 
 /* ---- poll ---- */
-static long poll_green(struct pollfd *fds, nfds_t n, int64_t dl, const sigset_t *mask)
+/* mask_checked: the caller made the first check (masked_first). */
+static long poll_green(struct pollfd *fds, nfds_t n, int64_t dl, const sigset_t *mask,
+                       int mask_checked)
 {
-    long r = poll_now(fds, n, mask);
+    long r = mask_checked ? 0 : poll_now(fds, n, mask);
     if (r != 0 || (dl != FERN_FOREVER && dl <= fern_now_ns()))
         return r;
     if (mask_unblocks(mask)) {
@@ -218,7 +224,7 @@ int poll(struct pollfd *fds, nfds_t n, int timeout)
     }
     {
         HK_TSAN_ENTER();
-        long r_ = poll_green(fds, n, ms_deadline(timeout), NULL);
+        long r_ = poll_green(fds, n, ms_deadline(timeout), NULL, 0);
         HK_TSAN_LEAVE();
         return (int)hk_ret(r_);
     }
@@ -237,8 +243,12 @@ int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_
     if (ts && (ts->tv_sec < 0 || ts->tv_nsec < 0 || ts->tv_nsec >= 1000000000))
         return (int)hk_ret(-EINVAL);
     {
+        int64_t dl = ts_deadline(ts);
+        long r_ = mask ? poll_now(fds, n, mask) : 0; /* masked_first */
+        if (r_ != 0)
+            return (int)hk_ret(r_);
         HK_TSAN_ENTER();
-        long r_ = poll_green(fds, n, ts_deadline(ts), mask);
+        r_ = poll_green(fds, n, dl, mask, mask != NULL);
         HK_TSAN_LEAVE();
         return (int)hk_ret(r_);
     }
@@ -265,6 +275,20 @@ struct sel {
     fd_set *r, *w, *e;
     fd_set in_r, in_w, in_e;
 };
+
+static void sel_init(struct sel *s, int nfds, fd_set *rs, fd_set *ws, fd_set *es)
+{
+    *s = (struct sel){.nfds = nfds, .r = rs, .w = ws, .e = es};
+    FD_ZERO(&s->in_r);
+    FD_ZERO(&s->in_w);
+    FD_ZERO(&s->in_e);
+    if (rs)
+        s->in_r = *rs;
+    if (ws)
+        s->in_w = *ws;
+    if (es)
+        s->in_e = *es;
+}
 
 /* pselect6's last argument: the mask and its size. */
 struct ksigmask {
@@ -294,22 +318,14 @@ static long sel_check(struct sel *s, int final, const sigset_t *mask)
 }
 
 static long select_green(int nfds, fd_set *rs, fd_set *ws, fd_set *es, int64_t dl,
-                         const sigset_t *mask)
+                         const sigset_t *mask, int mask_checked)
 {
     if (nfds < 0 || nfds > FD_SETSIZE)
         return -EINVAL;
-    struct sel s = {.nfds = nfds, .r = rs, .w = ws, .e = es};
-    FD_ZERO(&s.in_r);
-    FD_ZERO(&s.in_w);
-    FD_ZERO(&s.in_e);
-    if (rs)
-        s.in_r = *rs;
-    if (ws)
-        s.in_w = *ws;
-    if (es)
-        s.in_e = *es;
+    struct sel s;
+    sel_init(&s, nfds, rs, ws, es);
     int expired = dl != FERN_FOREVER && dl <= fern_now_ns();
-    long r = sel_check(&s, expired, mask);
+    long r = mask_checked && !expired ? 0 : sel_check(&s, expired, mask);
     if (r != 0 || expired)
         return r;
     if (mask_unblocks(mask)) {
@@ -389,7 +405,7 @@ int select(int nfds, fd_set *rs, fd_set *ws, fd_set *es, struct timeval *tv)
     int64_t dl = tv ? fern_now_ns() + tv->tv_sec * 1000000000ll + tv->tv_usec * 1000ll
                     : FERN_FOREVER;
     HK_TSAN_ENTER();
-    long r = select_green(nfds, rs, ws, es, dl, NULL);
+    long r = select_green(nfds, rs, ws, es, dl, NULL, 0);
     HK_TSAN_LEAVE();
     if (tv) { /* Linux writes back the time not slept */
         int64_t left = dl - fern_now_ns();
@@ -416,8 +432,17 @@ int pselect(int nfds, fd_set *rs, fd_set *ws, fd_set *es, const struct timespec 
     if (ts && (ts->tv_sec < 0 || ts->tv_nsec < 0 || ts->tv_nsec >= 1000000000))
         return (int)hk_ret(-EINVAL);
     {
+        int64_t dl = ts_deadline(ts);
+        long r_ = 0;
+        if (mask && nfds >= 0 && nfds <= FD_SETSIZE) { /* masked_first */
+            struct sel s;
+            sel_init(&s, nfds, rs, ws, es);
+            r_ = sel_check(&s, 0, mask);
+            if (r_ != 0)
+                return (int)hk_ret(r_);
+        }
         HK_TSAN_ENTER();
-        long r_ = select_green(nfds, rs, ws, es, ts_deadline(ts), mask);
+        r_ = select_green(nfds, rs, ws, es, dl, mask, mask != NULL);
         HK_TSAN_LEAVE();
         return (int)hk_ret(r_);
     }
@@ -425,9 +450,9 @@ int pselect(int nfds, fd_set *rs, fd_set *ws, fd_set *es, const struct timespec 
 
 /* ---- epoll ---- */
 static long epoll_green(int epfd, struct epoll_event *ev, int max, int64_t dl,
-                        const sigset_t *mask)
+                        const sigset_t *mask, int mask_checked)
 {
-    long r = hk_sys(SYS_epoll_pwait, epfd, ev, max, 0, mask, KSIGSET);
+    long r = mask_checked ? 0 : hk_sys(SYS_epoll_pwait, epfd, ev, max, 0, mask, KSIGSET);
     if (r != 0 || (dl != FERN_FOREVER && dl <= fern_now_ns()))
         return r;
     struct fern__pollent pe = {.fd = epfd, .dirs = FERN_READ};
@@ -462,8 +487,12 @@ int epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout, const si
     if (max <= 0)
         return (int)hk_ret(-EINVAL);
     {
+        int64_t dl = ms_deadline(timeout);
+        long r_ = mask ? hk_sys(SYS_epoll_pwait, epfd, ev, max, 0, mask, KSIGSET) : 0;
+        if (r_ != 0) /* masked_first */
+            return (int)hk_ret(r_);
         HK_TSAN_ENTER();
-        long r_ = epoll_green(epfd, ev, max, ms_deadline(timeout), mask);
+        r_ = epoll_green(epfd, ev, max, dl, mask, mask != NULL);
         HK_TSAN_LEAVE();
         return (int)hk_ret(r_);
     }
