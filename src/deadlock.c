@@ -23,7 +23,12 @@
  * is still parked there. The owner is read first, with process_vm_readv
  * (a bad address gives EFAULT, never a fault, should the waiter have left
  * and the memory gone meanwhile), and used only if the waiter is still
- * parked on the same mutex afterwards.
+ * parked on the same mutex afterwards. Where process_vm_readv is refused
+ * (ENOSYS under qemu-user, EPERM under seccomp profiles that keep it for
+ * debuggers) the word goes through a pipe instead: write(2) from a bad
+ * address also gives EFAULT. The pipe is the monitor's own, made on first
+ * use and again in a forked child (sharing it would mix two processes'
+ * words).
  *
  * Everyone asleep. Go's "all goroutines are asleep", only when fern can
  * prove it: every live green thread is parked on a fern primitive without a
@@ -37,6 +42,8 @@
 #include "internal.h"
 
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -83,10 +90,43 @@ void deadlock_reset(void)
     STORE_RELAXED(&D.reported, 0);
 }
 
+static struct {
+    bool use_pipe;      /* process_vm_readv was refused */
+    int fd[2];
+    pid_t pid;          /* the process that made fd */
+} R = {false, {-1, -1}, 0};
+
+static bool read_word_pipe(const void *addr, void **out)
+{
+    pid_t me = getpid();
+    if (R.pid != me) {
+        if (R.fd[0] >= 0) {
+            close(R.fd[0]);
+            close(R.fd[1]);
+        }
+        R.fd[0] = R.fd[1] = -1;
+        if (pipe2(R.fd, O_CLOEXEC | O_NONBLOCK))
+            return false;
+        R.pid = me;
+    }
+    /* At most PIPE_BUF bytes: written whole or not at all, and read back
+     * whole, so the pipe is empty between calls. */
+    if (write(R.fd[1], addr, sizeof *out) != (ssize_t)sizeof *out)
+        return false;
+    return read(R.fd[0], out, sizeof *out) == (ssize_t)sizeof *out;
+}
+
 static bool read_word(const void *addr, void **out)
 {
-    struct iovec local = {out, sizeof *out}, remote = {(void *)addr, sizeof *out};
-    return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)sizeof *out;
+    if (!R.use_pipe) {
+        struct iovec local = {out, sizeof *out}, remote = {(void *)addr, sizeof *out};
+        if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)sizeof *out)
+            return true;
+        if (errno != ENOSYS && errno != EPERM)
+            return false;
+        R.use_pipe = true;
+    }
+    return read_word_pipe(addr, out);
 }
 
 static bool parked_on(fern_thread *t, const char *what, const void *obj)

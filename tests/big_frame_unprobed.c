@@ -17,12 +17,14 @@ int big_frame_unprobed(void)
     return (int)buf[8];
 }
 
-/* Switch out (park for a microsecond) while the 64 KiB frame is live,
- * touching only its top. */
+/* Switch out (park for 10 ms) while the 64 KiB frame is live, touching
+ * only its top. Long enough to be sure to park: a sleep whose deadline has
+ * passed by the time it would park returns at once, and a 1 us one did
+ * under qemu-user (which translates each new code path on first use). */
 int big_frame_unprobed_yield(void)
 {
     volatile char buf[64 * 1024];
     buf[sizeof buf - 1] = 1;
-    fern_sleep_ns(1000);
+    fern_sleep_ns(10000000);
     return buf[sizeof buf - 1];
 }
