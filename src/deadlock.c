@@ -45,6 +45,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -110,10 +111,13 @@ static bool read_word_pipe(const void *addr, void **out)
         R.pid = me;
     }
     /* At most PIPE_BUF bytes: written whole or not at all, and read back
-     * whole, so the pipe is empty between calls. */
-    if (write(R.fd[1], addr, sizeof *out) != (ssize_t)sizeof *out)
+     * whole, so the pipe is empty between calls. Raw system calls, as
+     * process_vm_readv is one: the word is read racily on purpose (see
+     * above), which libc's write would show ThreadSanitizer (its
+     * interceptor reads the buffer) and fern-hook would interpose. */
+    if (syscall(SYS_write, R.fd[1], addr, sizeof *out) != (long)sizeof *out)
         return false;
-    return read(R.fd[0], out, sizeof *out) == (ssize_t)sizeof *out;
+    return syscall(SYS_read, R.fd[0], out, sizeof *out) == (long)sizeof *out;
 }
 
 static bool read_word(const void *addr, void **out)
