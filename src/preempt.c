@@ -22,15 +22,17 @@
  *     and the biased-object busy flag and a pending post-switch action are
  *     checked as well;
  *   - the stack has room for the trampoline's frame (arch_preempt_frame:
- *     on x86_64 the 128-byte red zone, registers, XSAVE area) and the
- *     scheduler's frames.
+ *     on x86_64 the 128-byte red zone, registers, XSAVE area; on aarch64 a
+ *     copy of the kernel's signal frame) and the scheduler's frames.
  * If so arch_preempt_redirect (arch.h) makes the context call
  * fern_preempt_tramp (src/arch/<arch>/preempt.S) from the interrupted
  * instruction; after the kernel's sigreturn it saves every register, the
- * flags and the vector state, calls preempt_yield() and restores them
- * exactly. An architecture without a trampoline (ARCH_PREEMPT 0: aarch64
- * for now) has preemption off, as if FERN_PREEMPT=0. Otherwise it counts a
- * deferred preemption and the monitor asks again on its next tick.
+ * flags and the vector state (aarch64: the kernel's frame, copied, holds
+ * them), calls preempt_yield() and restores them exactly. An architecture
+ * without a trampoline (ARCH_PREEMPT 0) has preemption off, as if
+ * FERN_PREEMPT=0. Otherwise (or if arch_preempt_redirect cannot redirect
+ * this context) it counts a deferred preemption and the monitor asks again
+ * on its next tick.
  *
  * A preempted thread goes on its worker's pinned list, not its run queue:
  * it resumes on the same kernel thread (application code may hold a TLS
@@ -255,7 +257,10 @@ __attribute__((no_sanitize("address"))) static void on_preempt(int sig, siginfo_
         COUNT(&w->n_preempts_deferred, 1);
         goto out;
     }
-    arch_preempt_redirect(ucv);
+    if (!arch_preempt_redirect(ucv)) {
+        COUNT(&w->n_preempts_deferred, 1);
+        goto out;
+    }
     COUNT(&w->n_preempts, 1);
 #endif
 out:

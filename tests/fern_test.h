@@ -78,16 +78,15 @@ inline constexpr bool kTsan = false;
 #endif
 
 // Asynchronous preemption exists where the architecture has a trampoline
-// (src/arch/<arch>/arch.h: ARCH_PREEMPT): x86_64. On aarch64 fern_init
-// leaves it off, the preemption counter stays 0 and only the monitor's
-// compensation serves a sleeper beside spinners (docs/platforms.md).
-#if defined(__x86_64__)
+// (src/arch/<arch>/arch.h: ARCH_PREEMPT): x86_64 and aarch64. Elsewhere
+// fern_init would leave it off, the preemption counter would stay 0 and
+// only the monitor's compensation would serve a sleeper beside spinners.
+#if defined(__x86_64__) || defined(__aarch64__)
 inline constexpr bool kAsyncPreempt = true;
 #else
 inline constexpr bool kAsyncPreempt = false;
 #endif
-inline constexpr const char *kNoPreemptMsg =
-    "aarch64: no asynchronous preemption (docs/platforms.md)";
+inline constexpr const char *kNoPreemptMsg = "no asynchronous preemption on this architecture";
 
 // n, but at most tsan_cap under ThreadSanitizer.
 inline long tsan_capped(long n, long tsan_cap) { return kTsan && n > tsan_cap ? tsan_cap : n; }

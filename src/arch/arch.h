@@ -29,8 +29,9 @@
  *                        arch header then also has arch_preempt_init()
  *                        (size the save area), arch_preempt_frame() (stack
  *                        the trampoline needs) and arch_preempt_redirect(uc)
- *                        (make the context call the trampoline). 0: no
- *                        asynchronous preemption (docs/preemption.md)
+ *                        (make the context call the trampoline; false if
+ *                        this context cannot be, and nothing was changed).
+ *                        0: no asynchronous preemption (docs/preemption.md)
  *
  * and its <arch>/switch.S defines fern_ctx_switch, fern_ctx_entry and
  * fern_ctx_start with the contracts below. Adding an architecture means a

@@ -6,6 +6,8 @@
 #define FERN_ARCH_AARCH64_H
 
 #include <stdbool.h>
+#include <signal.h>
+#include <stdint.h>
 #include <ucontext.h>
 
 /* isb, not yield: yield is a no-op on most cores, while isb stalls for
@@ -73,13 +75,62 @@ static inline uintptr_t arch_uc_sp(const void *uc)
     return (uintptr_t)((const ucontext_t *)uc)->uc_mcontext.sp;
 }
 
-/* No asynchronous preemption (docs/platforms.md): resuming an arbitrary
- * instruction needs a branch through a register, and AAPCS64 leaves none
- * that compiled code does not use (x16/x17 are ordinary temporaries inside
- * a function), so the trampoline would have to return through
- * rt_sigreturn with a frame it builds itself. Until then preempt_init
- * leaves preemption off; the monitor's compensation still works. */
-#define ARCH_PREEMPT 0
+/* ---- preemption (preempt.c, aarch64/preempt.S) ----
+ * The handler copies the kernel's signal frame below the interrupted sp
+ * and points the context at fern_preempt_tramp, which yields and resumes
+ * the interrupted point with rt_sigreturn on that copy (preempt.S says
+ * why: no register is free for a branch). */
+#define ARCH_PREEMPT 1
+
+void fern_preempt_tramp(void) __attribute__((visibility("hidden")));
+
+/* The copy: siginfo then ucontext, as the kernel lays out its frame (the
+ * handler's ucontext pointer is 128 bytes into it). preempt.S reads these
+ * offsets from the copy. */
+#define ARCH_PREEMPT_COPY (sizeof(siginfo_t) + sizeof(ucontext_t))
+_Static_assert(sizeof(siginfo_t) == 128, "preempt.S: frame layout");
+_Static_assert(128 + __builtin_offsetof(ucontext_t, uc_stack) == 144, "preempt.S: F_UC_STACK");
+_Static_assert(128 + __builtin_offsetof(ucontext_t, uc_sigmask) == 168, "preempt.S: F_UC_SIGMASK");
+_Static_assert(128 + __builtin_offsetof(ucontext_t, uc_mcontext.regs) == 312, "preempt.S: F_REGS");
+_Static_assert(128 + __builtin_offsetof(ucontext_t, uc_mcontext.sp) == 560, "preempt.S: F_SP");
+_Static_assert(128 + __builtin_offsetof(ucontext_t, uc_mcontext.pc) == 568, "preempt.S: F_PC");
+
+/* Nothing to size: the frame's size is fixed by the ABI. */
+static inline void arch_preempt_init(void) {}
+
+/* Stack the trampoline takes below the interrupted sp before it calls
+ * preempt_yield: the copy and up to 15 bytes of alignment. AAPCS64 on
+ * Linux has no red zone, so nothing below sp is live. */
+static inline uintptr_t arch_preempt_frame(void) { return ARCH_PREEMPT_COPY + 16; }
+
+#define ARCH_PSTATE_BTYPE (3u << 10)
+#define ARCH_EXTRA_MAGIC 0x45585401u /* EXTRA_MAGIC, asm/sigcontext.h */
+
+/* Make the context, once the handler returns, run the trampoline on a copy
+ * of the signal frame. false (nothing changed): the frame keeps part of its
+ * state outside the ucontext (an extra_context record, for SVE/SME state
+ * too large for it, holds a pointer into the alternate signal stack, which
+ * the copy cannot follow); the preemption is deferred. */
+static inline bool arch_preempt_redirect(void *ucv)
+{
+    ucontext_t *uc = (ucontext_t *)ucv;
+    const unsigned char *rec = uc->uc_mcontext.__reserved;
+    const unsigned char *end = rec + sizeof uc->uc_mcontext.__reserved;
+    while (rec + 8 <= end) {
+        uint32_t magic = ((const uint32_t *)rec)[0], size = ((const uint32_t *)rec)[1];
+        if (magic == ARCH_EXTRA_MAGIC)
+            return false;
+        if (magic == 0 || size < 8 || size > (uintptr_t)(end - rec))
+            break;
+        rec += size;
+    }
+    uintptr_t copy = ((uintptr_t)uc->uc_mcontext.sp - ARCH_PREEMPT_COPY) & ~(uintptr_t)15;
+    __builtin_memcpy((void *)copy, (const char *)ucv - sizeof(siginfo_t), ARCH_PREEMPT_COPY);
+    uc->uc_mcontext.sp = copy;
+    uc->uc_mcontext.pc = (uintptr_t)fern_preempt_tramp;
+    uc->uc_mcontext.pstate &= ~(uint64_t)ARCH_PSTATE_BTYPE;
+    return true;
+}
 
 /* switch.S has no jump_return wrappers: stack.c defines the public
  * blocking calls as plain calls of their bodies. */

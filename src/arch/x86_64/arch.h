@@ -108,14 +108,16 @@ static inline uintptr_t arch_preempt_frame(void)
 }
 
 /* Make the context, once the handler returns, call the trampoline from the
- * interrupted instruction: push the interrupted rip below the red zone. */
-static inline void arch_preempt_redirect(void *ucv)
+ * interrupted instruction: push the interrupted rip below the red zone.
+ * Always possible. */
+static inline bool arch_preempt_redirect(void *ucv)
 {
     greg_t *g = ((ucontext_t *)ucv)->uc_mcontext.gregs;
     uintptr_t nsp = (uintptr_t)g[REG_RSP] - 128 - 8;
     *(uintptr_t *)nsp = (uintptr_t)g[REG_RIP];
     g[REG_RSP] = (greg_t)nsp;
     g[REG_RIP] = (greg_t)(uintptr_t)fern_preempt_tramp;
+    return true;
 }
 
 /* ---- the switch's public entry points (switch.S) ---- */
