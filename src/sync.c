@@ -248,7 +248,11 @@ static __attribute__((noinline)) int mutex_lock_slow(fern_mutex *m, int64_t dead
         int st = waiter_wait(&wt, plain ? NULL : &m->lock_, deadline);
         wait_note_t(t, NULL, NULL);
         caller_get(me);                   /* maybe on another worker now */
-        if (note)
+        /* A green thread always resumes on a worker; the test on me->w
+         * only tells GCC 12 (aarch64, -O3), which otherwise sees a NULL
+         * worker from caller_get and fails the build with
+         * -Wstringop-overflow. */
+        if (note && me->w)
             COUNT(&me->w->mutex_parked_delta, -1);
         plain = bias_enter(&m->bias_, me); /* and the bias maybe revoked */
         if (st == W_TIMEDOUT) {
