@@ -701,6 +701,9 @@ void preempt_worker_stop(struct worker *w);
 /* Send w an extra tick now (monitor): its own come only at the kernel's
  * scheduler tick while it runs. */
 void preempt_nudge(struct worker *w);
+/* The CPU time at which w's running slice began, as its handler stamped
+ * it for switch count `switches`; 0 if it has not stamped that one. */
+int64_t preempt_slice_start(struct worker *w, uint64_t switches);
 /* Rebuild the table of application code if libraries came or went
  * (monitor thread). */
 void preempt_refresh(void);

@@ -159,7 +159,8 @@ static bool watch_cluster(struct fern_cluster *c, int64_t now)
         if (M.preempt) {
             int tid = LOAD_RELAXED(&w->tid);
             bool wake = LOAD_RELAXED(&c->inbox_n) != 0;
-            bool used = waiting && thread_cpu_ns(tid) - w->mon_cpu >= M.slice_ns / 2;
+            int64_t start = preempt_slice_start(w, sw);
+            bool used = waiting && thread_cpu_ns(tid) - (start ? start : w->mon_cpu) >= M.slice_ns;
             if ((wake || used) && !task_sleeping(tid))
                 preempt_nudge(w);
             /* For worker_stuck: when work began to wait behind a thread

@@ -282,8 +282,8 @@ __attribute__((no_sanitize("address"))) static void preempt_tick(struct worker *
          * switch (the usual case beside spinners), else now, the first tick
          * that sees it (at most a tick late). A thread preempted early for
          * a woken one goes on with what it had left. */
-        w->slice_sw = sw;
-        w->slice_start = (w->slice_next ? w->slice_next : cpu) - t->slice_carry;
+        STORE_RELAXED(&w->slice_sw, sw); /* both read by the monitor */
+        STORE_RELAXED(&w->slice_start, (w->slice_next ? w->slice_next : cpu) - t->slice_carry);
         w->slice_next = 0;
         t->slice_carry = 0;
     }
@@ -299,7 +299,7 @@ __attribute__((no_sanitize("address"))) static void preempt_tick(struct worker *
     (void)ucv;
     if (queued || (expired && LOAD_RELAXED(&w->timers.n))) {
         w->slice_next = cpu;
-        w->slice_sw = SLICE_NONE;
+        STORE_RELAXED(&w->slice_sw, SLICE_NONE);
         STORE_RELAXED(&w->preempt_soft, 1);
     }
 #elif ARCH_PREEMPT
@@ -317,7 +317,7 @@ __attribute__((no_sanitize("address"))) static void preempt_tick(struct worker *
     t->slice_carry = expired ? 0 : used;
     w->pin_front = !expired;
     w->slice_next = cpu;
-    w->slice_sw = SLICE_NONE; /* restamped if the yield finds nobody */
+    STORE_RELAXED(&w->slice_sw, SLICE_NONE); /* restamped if the yield finds nobody */
     arch_preempt_redirect(ucv);
     COUNT(&w->n_preempts, 1);
 #else
@@ -343,7 +343,7 @@ __attribute__((no_sanitize("address"))) static void on_preempt(int sig, siginfo_
     if (!w || !LOAD_RELAXED(&P.on))
         goto out; /* a tick still in flight from a deleted timer */
     if (t == &w->g0 || !t->stack) {
-        w->slice_sw = SLICE_NONE; /* idle path: the next thread starts afresh */
+        STORE_RELAXED(&w->slice_sw, SLICE_NONE); /* idle path: the next thread starts afresh */
         w->slice_next = 0;
         goto out;
     }
@@ -373,7 +373,7 @@ void preempt_point_slow(struct worker *w)
 
 void preempt_worker_start(struct worker *w)
 {
-    w->slice_sw = SLICE_NONE;
+    STORE_RELAXED(&w->slice_sw, SLICE_NONE);
     w->slice_next = 0;
     if (!LOAD_RELAXED(&P.on))
         return;
@@ -408,6 +408,13 @@ void preempt_worker_stop(struct worker *w)
 }
 
 /* ---- the monitor's side ---- */
+
+int64_t preempt_slice_start(struct worker *w, uint64_t switches)
+{
+    /* A hint (the pair is not written atomically): the handler that the
+     * monitor's nudge runs decides with its own, exact values. */
+    return LOAD_RELAXED(&w->slice_sw) == switches ? LOAD_RELAXED(&w->slice_start) : 0;
+}
 
 void preempt_nudge(struct worker *w)
 {

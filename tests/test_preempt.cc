@@ -54,8 +54,20 @@ __attribute__((noinline)) uint64_t spin_arith(const std::atomic<bool> &stop) {
     return x + n;
 }
 
-// A 1 ms sleeper's worst lateness (ms) while `others` run for run_ms.
-template <class Spin> double sleeper_lateness(int nspin, Spin spin, int run_ms) {
+// The calling kernel thread's CPU time (a green thread: its worker's).
+int64_t worker_cpu_ns() {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+// A 1 ms sleeper's worst lateness (ms) while `others` run for run_ms. If
+// cpu_gaps is given, it gets, per sleep, the CPU time the worker spent
+// between the sleeper parking and running again (ms): the sleep itself
+// (at most 1 ms) plus what others ran past its deadline. Unlike the wall
+// clock this does not depend on the machine's load.
+template <class Spin>
+double sleeper_lateness(int nspin, Spin spin, int run_ms, std::vector<double> *cpu_gaps = nullptr) {
     std::atomic<bool> stop{false};
     std::atomic<int64_t> worst{0};
     std::vector<fern_thread *> ts;
@@ -69,9 +81,10 @@ template <class Spin> double sleeper_lateness(int nspin, Spin spin, int run_ms) 
                   fern_sleep_ns(ms(30)); // let the spinners start
                   int64_t end = fern_now_ns() + ms(run_ms);
                   while (fern_now_ns() < end) {
-                      int64_t t0 = fern_now_ns();
+                      int64_t t0 = fern_now_ns(), c0 = worker_cpu_ns();
                       fern_sleep_ns(ms(1));
                       int64_t late = fern_now_ns() - t0 - ms(1);
+                      if (cpu_gaps) cpu_gaps->push_back((worker_cpu_ns() - c0) / 1e6);
                       if (late > worst.load()) worst = late;
                   }
                   stop = true;
@@ -87,9 +100,21 @@ TEST(Preempt, SleeperBesideArithmeticSpinners) {
     if (kTsan) GTEST_SKIP() << "ThreadSanitizer: cooperative preemption only (docs/preemption.md)";
     restart(1, 0);
     Watchdog wd(60);
-    double worst = sleeper_lateness(2, spin_arith, 1000);
-    std::printf("worst lateness %.1f ms\n", worst);
-    EXPECT_LE(worst, sanitized() ? 800.0 : 400.0);
+    std::vector<double> gaps;
+    double worst = sleeper_lateness(2, spin_arith, 1000, &gaps);
+    std::sort(gaps.begin(), gaps.end());
+    ASSERT_GT(gaps.size(), 10u);
+    double p50 = gaps[gaps.size() / 2], p90 = gaps[gaps.size() * 9 / 10];
+    std::printf("worst lateness %.1f ms (wall); worker CPU per sleep: median %.2f, p90 %.2f, max %.2f ms\n",
+                worst, p50, p90, gaps.back());
+    // A woken thread preempts the spinner at the worker's next tick (a
+    // kernel tick of CPU, 4 ms at HZ=250, or the monitor's nudge): the
+    // worker spends the 1 ms sleep plus a few ms of spinning, where waiting
+    // for the spinner's slice would take 10 ms or more. In CPU time, so the
+    // machine's load does not matter (the wall-clock figure is printed only;
+    // bench/fern_preempt has the wall-clock targets).
+    EXPECT_LE(p50, 6.0);
+    EXPECT_LE(p90, 10.0);
     struct fern_stats s;
     ASSERT_EQ(0, fern_stats(&s));
     if (kAsyncPreempt)
