@@ -8,8 +8,10 @@
  *                    read(2) on a pipe                              <= 40 ms
  *   late_stuck2_ms   two workers, preemption off, eight 1 ms sleepers, one
  *                    thread blocked 1 s in a raw read(2)            <= 40 ms
- *   share_min_pct, share_max_pct  four spinners for 1.5 s: each one's share
- *                    of the work                                    20-30%
+ *   share_min_pct, share_max_pct  four spinners for 1.5 s of the worker's
+ *                    CPU time (not wall: on a loaded machine the worker
+ *                    gets less CPU per second and the phase would hold
+ *                    too few slices): each one's share of the work  20-30%
  *   slice_{min,p50,max}_ms  in that phase, the CPU time each spinner ran
  *                    between switches (the slice granted; independent of
  *                    the machine's load)
@@ -186,7 +188,7 @@ static volatile uint64_t work[4];
  * (one worker: these are written by one kernel thread). Independent of the
  * machine's load, unlike wall-clock lateness. */
 static int last_runner = -1;
-static int64_t run_start, run_last;
+static int64_t run_start, run_last, share_cpu0;
 static int64_t slices[4000];
 static int nslices;
 
@@ -208,6 +210,10 @@ static void *share_spin(void *arg)
         if (n & 63)
             continue; /* the clock is a system call: a sample per ~0.1 ms */
         int64_t now = thread_cpu();
+        if (!share_cpu0)
+            share_cpu0 = now;
+        else if (now - share_cpu0 >= 1500000000)
+            stop = 1; /* 1.5 s of the worker's CPU: as many slices, whatever the load */
         if (last_runner != me) {
             if (last_runner >= 0 && nslices < (int)(sizeof slices / sizeof *slices))
                 slices[nslices++] = run_last - run_start;
@@ -225,11 +231,10 @@ static void shares(double *lo, double *hi)
     stop = 0;
     last_runner = -1;
     nslices = 0;
+    share_cpu0 = 0;
     fern_thread *t[4];
     for (int i = 0; i < 4; i++)
         fern_spawn(&t[i], NULL, share_spin, (void *)(intptr_t)i);
-    usleep(1500000);
-    stop = 1;
     for (int i = 0; i < 4; i++)
         fern_join(t[i], NULL);
     double total = 0;
