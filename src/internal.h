@@ -479,6 +479,8 @@ struct worker {
     int64_t slice_next;         /* CPU time of the last preemption: where the
                                  * next thread's slice begins, 0 if unknown */
     uint32_t preempt_nudged;    /* the monitor sent a tick (preempt_nudge) */
+    uint64_t defer_sw;          /* n_switches of the handler's last deferral */
+    uint32_t defer_n;           /* deferrals in a row at that switch count */
     uint32_t preempt_soft;      /* ThreadSanitizer: yield at the next preempt_point */
     /* threads preempted here, resumed here (not stealable); rescue_worker
      * moves them only when the worker is stuck (see monitor.c) */
@@ -701,6 +703,10 @@ void preempt_worker_stop(struct worker *w);
 /* Send w an extra tick now (monitor): its own come only at the kernel's
  * scheduler tick while it runs. */
 void preempt_nudge(struct worker *w);
+/* The handler found w's running thread (switch count `switches`) at an
+ * unsafe point at two ticks or more, with work waiting: preemption cannot
+ * reach it, compensation must. */
+bool preempt_blocked(struct worker *w, uint64_t switches);
 /* The CPU time at which w's running slice began, as its handler stamped
  * it for switch count `switches`; 0 if it has not stamped that one. */
 int64_t preempt_slice_start(struct worker *w, uint64_t switches);

@@ -22,8 +22,9 @@
  *     monitor: a monitor that waits for a CPU on a loaded machine does not
  *     delay it;
  *   - after two slices it counts the worker as stuck if it sleeps in the
- *     kernel, or (preemption on) has run two slices of CPU in that thread
- *     and one more since work began to wait, or (preemption off) has used
+ *     kernel, or (preemption on) its handler found the thread at an unsafe
+ *     point at two ticks in a row with work waiting, or has run two slices
+ *     of CPU in that thread and one more since work began to wait, or (preemption off) has used
  *     two slices of CPU (code preemption may not interrupt; see
  *     worker_stuck): what waits on it (ring, hand-off slot; pinned threads
  *     only if it sleeps in the kernel, see rescue_worker's call) moves to
@@ -90,10 +91,14 @@ static int64_t thread_cpu_ns(int tid)
  * then preemption could not stop it (excluded code, the signal blocked).
  * One that merely waited for a CPU (an overloaded machine) is not: more
  * kernel threads would not help it. */
-static bool worker_stuck(struct worker *w)
+static bool worker_stuck(struct worker *w, uint64_t sw)
 {
     int tid = LOAD_RELAXED(&w->tid);
     if (task_sleeping(tid))
+        return true;
+    /* Its handler tried twice and found an unsafe point (a loop inside
+     * libc): no need to wait for CPU-time proof. */
+    if (M.preempt && preempt_blocked(w, sw))
         return true;
     int64_t cpu = thread_cpu_ns(tid);
     if (!cpu)
@@ -171,7 +176,7 @@ static bool watch_cluster(struct fern_cluster *c, int64_t now)
         nlong += ran >= M.slice_ns;
         /* Wall time first (cheap), then CPU time (worker_stuck): a worker
          * that merely waited for a CPU is not stuck. */
-        if (ran >= 2 * M.slice_ns && worker_stuck(w)) {
+        if (ran >= 2 * M.slice_ns && worker_stuck(w, sw)) {
             nstuck++;
             /* Preempted threads stay pinned to their worker unless it is
              * blocked in the kernel, where it could wait for one of them

@@ -304,8 +304,14 @@ __attribute__((no_sanitize("address"))) static void preempt_tick(struct worker *
     }
 #elif ARCH_PREEMPT
     if (!point_safe(w, t, ucv)) {
-        if (queued || inbox)
+        if (queued || inbox) {
             COUNT(&w->n_preempts_deferred, 1);
+            if (LOAD_RELAXED(&w->defer_sw) != sw) {
+                STORE_RELAXED(&w->defer_n, 0);
+                STORE_RELAXED(&w->defer_sw, sw);
+            }
+            STORE_RELAXED(&w->defer_n, w->defer_n + 1);
+        }
         return;
     }
     /* Not in fern (point_safe), so the worker holds no timer lock. */
@@ -408,6 +414,11 @@ void preempt_worker_stop(struct worker *w)
 }
 
 /* ---- the monitor's side ---- */
+
+bool preempt_blocked(struct worker *w, uint64_t switches)
+{
+    return LOAD_RELAXED(&w->defer_sw) == switches && LOAD_RELAXED(&w->defer_n) >= 2;
+}
 
 int64_t preempt_slice_start(struct worker *w, uint64_t switches)
 {
