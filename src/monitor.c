@@ -141,9 +141,11 @@ static bool watch_cluster(struct fern_cluster *c, int64_t now)
         busy = true;
         uint64_t sw = LOAD_RELAXED(&w->n_switches);
         if (sw != w->mon_switches || !w->mon_since) {
-            STORE_RELAXED(&w->mon_switches, sw);
+            /* mon_cpu before mon_switches (release): the handler takes
+             * it as the start of a slice it had not stamped itself. */
+            STORE_RELAXED(&w->mon_cpu, thread_cpu_ns(LOAD_RELAXED(&w->tid)));
+            __atomic_store_n(&w->mon_switches, sw, __ATOMIC_RELEASE);
             STORE_RELAXED(&w->mon_since, now);
-            w->mon_cpu = thread_cpu_ns(LOAD_RELAXED(&w->tid));
             w->mon_req_cpu = 0;
             continue;
         }

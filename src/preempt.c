@@ -279,11 +279,20 @@ __attribute__((no_sanitize("address"))) static void preempt_tick(struct worker *
     uint64_t sw = LOAD_RELAXED(&w->n_switches);
     if (sw != w->slice_sw) {
         /* A new slice: it began at the last preemption if that was the
-         * switch (the usual case beside spinners), else now, the first tick
-         * that sees it (at most a tick late). A thread preempted early for
+         * switch (the usual case beside spinners), else when the monitor or
+         * this handler first saw it (at most a tick late). A thread preempted early for
          * a woken one goes on with what it had left. */
+        int64_t start = w->slice_next ? w->slice_next : cpu;
+        /* After a voluntary switch the monitor may have seen this count
+         * first (its ticks are finer than the kernel's): its reading of
+         * the CPU time is the earlier start. */
+        if (!w->slice_next && __atomic_load_n(&w->mon_switches, __ATOMIC_ACQUIRE) == sw) {
+            int64_t m = LOAD_RELAXED(&w->mon_cpu);
+            if (m > 0 && m < start)
+                start = m;
+        }
         STORE_RELAXED(&w->slice_sw, sw); /* both read by the monitor */
-        STORE_RELAXED(&w->slice_start, (w->slice_next ? w->slice_next : cpu) - t->slice_carry);
+        STORE_RELAXED(&w->slice_start, start - t->slice_carry);
         w->slice_next = 0;
         t->slice_carry = 0;
     }
