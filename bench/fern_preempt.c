@@ -8,8 +8,15 @@
  *                    read(2) on a pipe                              <= 40 ms
  *   late_stuck2_ms   two workers, preemption off, eight 1 ms sleepers, one
  *                    thread blocked 1 s in a raw read(2)            <= 40 ms
- *   share_min_pct, share_max_pct  four spinners for 1.5 s: each one's share
- *                    of the work                                    20-30%
+ *   share_min_pct, share_max_pct  four spinners for 1.5 s of the worker's
+ *                    CPU time (not wall: on a loaded machine the worker
+ *                    gets less CPU per second and the phase would hold
+ *                    too few slices): each one's share of the work  20-30%
+ *   slice_{min,p50,max}_ms  in that phase, the CPU time each spinner ran
+ *                    between switches (the slice granted; independent of
+ *                    the machine's load)
+ *   late_libc_deferred  preemptions that found a spinner inside memchr and
+ *                    were retried at the worker's next tick
  *   loop_loss_pct    two CPU-bound loops of fixed work on one worker: process
  *                    CPU time with preemption on vs off (off: one after the
  *                    other), best of 3 interleaved pairs            <= 1%
@@ -26,6 +33,7 @@ static volatile int stop;
 static int64_t worst;
 static int64_t lates[20000];
 static int nlates;
+static uint64_t deferred; /* preemptions_deferred of the last lateness phase */
 static char buf[1 << 20];
 
 static void restart(long preempt_us)
@@ -54,8 +62,12 @@ static void *spin_arith(void *arg)
 static void *spin_libc(void *arg)
 {
     size_t hits = 0;
-    while (!stop)
+    while (!stop) {
+        /* buf "may change": else the compiler calls memchr once, hoisted
+         * out of the loop, and this spins in its own code. */
+        __asm__ volatile("" : : "r"(buf) : "memory");
         hits += memchr(buf, 'b', sizeof buf) != NULL;
+    }
     return (void *)hits;
 }
 
@@ -110,6 +122,8 @@ static double lateness(fern_fn other, int n)
     fern_join(s, NULL);
     for (int i = 0; i < n; i++)
         fern_join(t[i], NULL);
+    struct fern_stats st;
+    deferred = fern_stats(&st) == 0 ? st.preemptions_deferred : 0;
     return (double)worst / 1e6;
 }
 
@@ -169,6 +183,22 @@ static double late_stuck2(void)
 }
 
 static volatile uint64_t work[4];
+/* The slices granted, in the worker's CPU time: a spinner that finds it
+ * was not the last to run starts a new run and closes the previous one
+ * (one worker: these are written by one kernel thread). Independent of the
+ * machine's load, unlike wall-clock lateness. */
+static int last_runner = -1;
+static int64_t run_start, run_last, share_cpu0;
+static int64_t slices[4000];
+static int nslices;
+
+static int64_t thread_cpu(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static void *share_spin(void *arg)
 {
     int me = (int)(intptr_t)arg;
@@ -177,6 +207,20 @@ static void *share_spin(void *arg)
         for (int k = 0; k < 1000; k++)
             x = x * 6364136223846793005ull + 1;
         work[me] = ++n;
+        if (n & 63)
+            continue; /* the clock is a system call: a sample per ~0.1 ms */
+        int64_t now = thread_cpu();
+        if (!share_cpu0)
+            share_cpu0 = now;
+        else if (now - share_cpu0 >= 1500000000)
+            stop = 1; /* 1.5 s of the worker's CPU: as many slices, whatever the load */
+        if (last_runner != me) {
+            if (last_runner >= 0 && nslices < (int)(sizeof slices / sizeof *slices))
+                slices[nslices++] = run_last - run_start;
+            last_runner = me;
+            run_start = now;
+        }
+        run_last = now;
     }
     return (void *)(uintptr_t)x;
 }
@@ -185,11 +229,12 @@ static void shares(double *lo, double *hi)
 {
     restart(0);
     stop = 0;
+    last_runner = -1;
+    nslices = 0;
+    share_cpu0 = 0;
     fern_thread *t[4];
     for (int i = 0; i < 4; i++)
         fern_spawn(&t[i], NULL, share_spin, (void *)(intptr_t)i);
-    usleep(1500000);
-    stop = 1;
     for (int i = 0; i < 4; i++)
         fern_join(t[i], NULL);
     double total = 0;
@@ -239,6 +284,7 @@ int main(int argc, char **argv)
     bench_print("preempt", "fern", "late_app_ms", lateness(spin_arith, 2), "ms");
     bench_print("preempt", "fern", "late_app_p50_ms", median(), "ms");
     bench_print("preempt", "fern", "late_libc_ms", lateness(spin_libc, 2), "ms");
+    bench_print("preempt", "fern", "late_libc_deferred", (double)deferred, "count");
     bench_print("preempt", "fern", "late_libc_p50_ms", median(), "ms");
     bench_print("preempt", "fern", "late_syscall_ms", late_syscall(), "ms");
     bench_print("preempt", "fern", "late_syscall_p50_ms", median(), "ms");
@@ -247,6 +293,14 @@ int main(int argc, char **argv)
     shares(&lo, &hi);
     bench_print("preempt", "fern", "share_min_pct", lo, "%");
     bench_print("preempt", "fern", "share_max_pct", hi, "%");
+    /* Slices granted (the first, begun before the others were queued,
+     * left out). */
+    if (nslices > 1) {
+        qsort(slices + 1, (size_t)nslices - 1, sizeof *slices, cmp64);
+        bench_print("preempt", "fern", "slice_min_ms", (double)slices[1] / 1e6, "ms");
+        bench_print("preempt", "fern", "slice_p50_ms", (double)slices[1 + (nslices - 1) / 2] / 1e6, "ms");
+        bench_print("preempt", "fern", "slice_max_ms", (double)slices[nslices - 1] / 1e6, "ms");
+    }
     /* Interleaved off/on pairs; the best of each. */
     double off = 1e30, on = 1e30;
     for (int i = 0; i < 3; i++) {

@@ -176,7 +176,9 @@ SCENARIOS.update({
             "arithmetic (target <= 25), two threads spinning in memchr over 1 MiB (<= 40), one thread blocked "
             "400 ms in a raw syscall(SYS_read) on a pipe (<= 40). late_stuck2_ms: two workers, preemption off, eight "
             "1 ms sleepers, one thread blocked 1 s in a raw read(2) (<= 40; issue 17).",
-            "share_*_pct: four spinners for 1.5 s, each one's share of the iterations (target 20-30%).",
+            "share_*_pct: four spinners for 1.5 s of the worker's CPU time, each one's share of the iterations "
+            "(target 20-30%). slice_*_ms: the CPU time each ran between switches there (the slice granted). "
+            "late_libc_deferred: preemptions that found a spinner inside memchr.",
             "loop_loss_pct: two fixed CPU-bound loops on one worker, process CPU time (workers, monitor, signal "
             "handling) with preemption on vs off (off runs them one after the other), best of 3 interleaved "
             "pairs (target <= 1%).",

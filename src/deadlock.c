@@ -336,7 +336,11 @@ int64_t deadlock_watch(int64_t now, bool workers_busy)
     bool asleep = !workers_busy && cs.live > 0 && cs.asleep == cs.live &&
                   task_count() == fern_task_count();
     uint64_t sw = switches_total();
-    if (!asleep || sw != D.asleep_switches) {
+    /* Not yet a candidate: become one now, even if no switch happened
+     * since asleep_switches was last recorded (the busy path above records
+     * it without a candidate: the last switch may precede it, and the
+     * report would then never come). */
+    if (!asleep || sw != D.asleep_switches || !D.asleep_candidate) {
         if (!asleep)
             D.asleep_reported = false;
         D.asleep_candidate = asleep;

@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "arch/arch.h"
 
@@ -370,6 +371,9 @@ struct fern_thread {
     struct fern_cluster *cluster;
     fern_thread *link;          /* inbox / free list link */
     int saved_errno;
+    int64_t slice_carry;        /* preempt.c: CPU time of its slice it had used
+                                 * when a woken thread preempted it (its slice
+                                 * goes on when it resumes), 0 otherwise */
     uint32_t tlock;
     uint32_t life;
     uint8_t alloc;              /* A_FREE / A_LIVE */
@@ -463,8 +467,20 @@ struct worker {
     int64_t mon_since;
     int64_t mon_cpu;            /* the kernel thread's CPU time at mon_since */
     int64_t mon_req_cpu;        /* its CPU time at the first preemption request, or 0 */
-    /* preemption (preempt.c): the n_switches value the monitor asked to end */
-    uint64_t preempt_req;
+    /* preemption (preempt.c): a timer on this kernel thread's CPU clock
+     * signals it every tick of CPU it uses; the handler keeps the running
+     * thread's slice. Handler and owner only. */
+    timer_t preempt_timer;
+    bool preempt_timed;         /* preempt_timer exists */
+    uint32_t pin_front;         /* the preempted thread's slice is not over:
+                                 * it resumes first (sched_yield_pinned) */
+    uint64_t slice_sw;          /* n_switches when the slice was stamped, or SLICE_NONE */
+    int64_t slice_start;        /* CPU time at which the running slice began */
+    int64_t slice_next;         /* CPU time of the last preemption: where the
+                                 * next thread's slice begins, 0 if unknown */
+    uint32_t preempt_nudged;    /* the monitor sent a tick (preempt_nudge) */
+    uint64_t defer_sw;          /* n_switches of the handler's last deferral */
+    uint32_t defer_n;           /* deferrals in a row at that switch count */
     uint32_t preempt_soft;      /* ThreadSanitizer: yield at the next preempt_point */
     /* threads preempted here, resumed here (not stealable); rescue_worker
      * moves them only when the worker is stuck (see monitor.c) */
@@ -547,8 +563,9 @@ int sched_boot(const fern_config *cfg);
 void sched_park(after_fn fn, void *arg);
 void sched_ready(fern_thread *t);
 void sched_yield_green(struct worker *w);
-/* Queue t on w's pinned list (owner only): it resumes on w. */
-void sched_pin(struct worker *w, fern_thread *t);
+/* Queue t on w's pinned list (owner only): it resumes on w; first if
+ * `front` (its slice is not over). */
+void sched_pin(struct worker *w, fern_thread *t, bool front);
 /* The calling thread's identity for mutex ownership: its fern_thread, or a
  * per-OS-thread token for plain threads. */
 static inline fern_thread *thread_current(void)
@@ -677,13 +694,27 @@ static inline void monitor_worker_busy(struct worker *w)
 void monitor_stats(struct fern_stats *s);
 
 /* preempt.c */
-int preempt_init(void);
+int preempt_init(int64_t slice_ns);
 void preempt_fini(void);
 bool preempt_enabled(void);
+/* Start / stop w's CPU-time tick (on w's own kernel thread). */
+void preempt_worker_start(struct worker *w);
+void preempt_worker_stop(struct worker *w);
+/* Send w an extra tick now (monitor): its own come only at the kernel's
+ * scheduler tick while it runs. */
+void preempt_nudge(struct worker *w);
+/* The handler found w's running thread (switch count `switches`) at an
+ * unsafe point at two ticks or more, with work waiting: preemption cannot
+ * reach it, compensation must. */
+bool preempt_blocked(struct worker *w, uint64_t switches);
+/* The CPU time at which w's running slice began, as its handler stamped
+ * it for switch count `switches`; 0 if it has not stamped that one. */
+int64_t preempt_slice_start(struct worker *w, uint64_t switches);
+/* Rebuild the table of application code if libraries came or went
+ * (monitor thread). */
+void preempt_refresh(void);
 /* Kernel task tid is asleep in the kernel (/proc state S or D). */
 bool task_sleeping(int tid);
-/* Ask w to preempt the thread that has run since switch count `switches`. */
-void preempt_request(struct worker *w, uint64_t switches);
 /* Under ThreadSanitizer the handler cannot redirect the thread (it gets a
  * copy of the context): fern_mutex_lock and the channel operations call
  * preempt_point() at their start, where the caller holds no fern lock, and

@@ -16,18 +16,22 @@
  *     their owner, so a worker stuck in the kernel would strand its
  *     sleepers; fired threads go to the cluster's inbox and wake an idle
  *     worker;
- *   - after one time slice, with other threads waiting, asks for the thread
- *     to be preempted (preempt.c), and retries every tick;
+ *   - notes, once a thread has kept it for a slice with other threads
+ *     waiting, the worker's CPU time (mon_req_cpu). Preemption itself is
+ *     done by the worker's own CPU-time tick (preempt.c), not by the
+ *     monitor: a monitor that waits for a CPU on a loaded machine does not
+ *     delay it;
  *   - after two slices it counts the worker as stuck if it sleeps in the
- *     kernel, or (preemption on) has run a slice of CPU since the first
- *     request without switching, or (preemption off) has used two slices of
- *     CPU (code preemption may not interrupt; see worker_stuck): what
- *     waits on it (ring, hand-off
- *     slot; pinned threads only if it sleeps in the kernel, see
- *     rescue_worker's call) moves to the cluster inbox, and if no worker of
- *     the cluster is free to run it, a compensation worker (a spare) is
- *     started (sched.c: spare_start; at most SPARES_MAX per cluster; a spare
- *     ends itself after SPARE_LINGER_NS without work).
+ *     kernel, or (preemption on) its handler found the thread at an unsafe
+ *     point at two ticks in a row with work waiting, or has run two slices
+ *     of CPU in that thread and one more since work began to wait, or (preemption off) has used
+ *     two slices of CPU (code preemption may not interrupt; see
+ *     worker_stuck): what waits on it (ring, hand-off slot; pinned threads
+ *     only if it sleeps in the kernel, see rescue_worker's call) moves to
+ *     the cluster inbox, and if no worker of the cluster is free to run it,
+ *     a compensation worker (a spare) is started (sched.c: spare_start; at
+ *     most SPARES_MAX per cluster; a spare ends itself after
+ *     SPARE_LINGER_NS without work).
  * It also looks for deadlocks (deadlock.c), also while every worker is
  * idle (that is what a deadlock looks like): then it sleeps only until the
  * deadlock watch's next scan, and without a timeout once nothing is
@@ -40,8 +44,7 @@
  * wakes the monitor. With both fences one of the two sees the other's store.
  * A worker that starts busy announces itself the same way. So an idle
  * process has no periodic wake-up at all; a busy one pays a tick (a quarter
- * of a slice, between 50 us and 2.5 ms: a thread's run time is known to
- * within a tick, so it is preempted between 1 and 1.25 slices).
+ * of a slice, between 50 us and 2.5 ms).
  *
  * The time slice is also the unit of "stuck" when preemption is off, so
  * compensation and timer rescue work either way.
@@ -58,6 +61,7 @@ static struct {
     uint32_t stop;       /* futex word of the tick wait */
     int64_t slice_ns;
     int64_t tick_ns;
+    int64_t stuck_cpu_ns; /* CPU a stuck worker has used in one thread */
     bool preempt;
     uint64_t spares_started;
 } M;
@@ -87,21 +91,29 @@ static int64_t thread_cpu_ns(int tid)
  * then preemption could not stop it (excluded code, the signal blocked).
  * One that merely waited for a CPU (an overloaded machine) is not: more
  * kernel threads would not help it. */
-static bool worker_stuck(struct worker *w)
+static bool worker_stuck(struct worker *w, uint64_t sw)
 {
     int tid = LOAD_RELAXED(&w->tid);
     if (task_sleeping(tid))
         return true;
+    /* Its handler tried twice and found an unsafe point (a loop inside
+     * libc): no need to wait for CPU-time proof. */
+    if (M.preempt && preempt_blocked(w, sw))
+        return true;
     int64_t cpu = thread_cpu_ns(tid);
     if (!cpu)
         return true;
-    /* With preemption on, the test is whether a request went unanswered
-     * while the worker ran a slice of CPU: a monitor tick that came late
-     * (an overloaded machine) must not hand preemptible code to a spare
-     * before the signal had its chance. */
+    /* With preemption on: work has waited while the worker ran another
+     * slice of CPU, and the thread has run two slices of CPU (mon_cpu is
+     * read at most a tick after its switch), each at least 10 ms. Its own
+     * tick preempts it after one slice plus one kernel tick of CPU (4 ms
+     * at HZ=250, 10 ms at HZ=100), so only code preemption cannot
+     * interrupt gets here, whatever the load: both bounds are in the
+     * worker's CPU time. */
     if (M.preempt)
-        return w->mon_req_cpu && cpu - w->mon_req_cpu >= M.slice_ns;
-    return !w->mon_cpu || cpu - w->mon_cpu >= 2 * M.slice_ns;
+        return w->mon_req_cpu && cpu - w->mon_req_cpu >= M.stuck_cpu_ns / 2 &&
+               cpu - w->mon_cpu >= M.stuck_cpu_ns;
+    return !w->mon_cpu || cpu - w->mon_cpu >= M.stuck_cpu_ns;
 }
 
 /* A worker counts only while it is one: base workers, and running spares. */
@@ -129,9 +141,11 @@ static bool watch_cluster(struct fern_cluster *c, int64_t now)
         busy = true;
         uint64_t sw = LOAD_RELAXED(&w->n_switches);
         if (sw != w->mon_switches || !w->mon_since) {
-            STORE_RELAXED(&w->mon_switches, sw);
+            /* mon_cpu before mon_switches (release): the handler takes
+             * it as the start of a slice it had not stamped itself. */
+            STORE_RELAXED(&w->mon_cpu, thread_cpu_ns(LOAD_RELAXED(&w->tid)));
+            __atomic_store_n(&w->mon_switches, sw, __ATOMIC_RELEASE);
             STORE_RELAXED(&w->mon_since, now);
-            w->mon_cpu = thread_cpu_ns(LOAD_RELAXED(&w->tid));
             w->mon_req_cpu = 0;
             continue;
         }
@@ -143,18 +157,28 @@ static bool watch_cluster(struct fern_cluster *c, int64_t now)
         if (LOAD_RELAXED(&w->timers.n) && timers_next(w) <= now)
             timers_run(w, now);
         bool waiting = worker_has_queued(w) || LOAD_RELAXED(&c->inbox_n);
-        if (M.preempt && ran >= M.slice_ns && waiting) {
-            if (!w->mon_req_cpu)
-                w->mon_req_cpu = thread_cpu_ns(LOAD_RELAXED(&w->tid));
-            preempt_request(w, sw);
+        /* The worker keeps its slices itself, in its CPU time (preempt.c),
+         * on its own ticks, which the kernel checks only at its scheduler
+         * tick while the worker runs: the monitor adds a tick when a woken
+         * thread waits, or when the running thread may have used its slice
+         * (the handler decides). A monitor late on a loaded machine delays
+         * the worker by little CPU: the worker waited for a CPU too. */
+        if (M.preempt) {
+            int tid = LOAD_RELAXED(&w->tid);
+            bool wake = LOAD_RELAXED(&c->inbox_n) != 0;
+            int64_t start = preempt_slice_start(w, sw);
+            bool used = waiting && thread_cpu_ns(tid) - (start ? start : w->mon_cpu) >= M.slice_ns;
+            if ((wake || used) && !task_sleeping(tid))
+                preempt_nudge(w);
+            /* For worker_stuck: when work began to wait behind a thread
+             * past its slice. */
+            if (ran >= M.slice_ns && waiting && !w->mon_req_cpu)
+                w->mon_req_cpu = thread_cpu_ns(tid);
         }
         nlong += ran >= M.slice_ns;
-        /* A preemption request not yet handled means the kernel has not
-         * run the worker since (an overloaded machine), not that its code
-         * cannot be preempted: more kernel threads would not help, so wait
-         * (up to a limit: a long computation inside the kernel also delays
-         * the handler). */
-        if (ran >= 2 * M.slice_ns && worker_stuck(w)) {
+        /* Wall time first (cheap), then CPU time (worker_stuck): a worker
+         * that merely waited for a CPU is not stuck. */
+        if (ran >= 2 * M.slice_ns && worker_stuck(w, sw)) {
             nstuck++;
             /* Preempted threads stay pinned to their worker unless it is
              * blocked in the kernel, where it could wait for one of them
@@ -179,6 +203,8 @@ static bool watch_all(int64_t now, int64_t *again)
     bool busy = false;
     for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster)
         busy |= watch_cluster(c, now);
+    if (busy && M.preempt)
+        preempt_refresh(); /* libraries loaded meanwhile */
     *again = deadlock_watch(now, busy);
     return busy;
 }
@@ -227,20 +253,12 @@ int monitor_start(int64_t slice_ns, bool preempt)
     if (M.tick_ns > 2500000)
         M.tick_ns = 2500000;
     M.preempt = preempt;
+    M.stuck_cpu_ns = 2 * (preempt && slice_ns < 10000000 ? 10000000 : slice_ns);
     M.stop = 0;
     M.spares_started = 0;
     deadlock_reset();
-    if (preempt) {
-        int r = preempt_init();
-        if (r)
-            return r;
-        M.preempt = preempt_enabled();
-    }
-    int r = pthread_create(&M.th, NULL, monitor_main, NULL);
-    if (r) {
-        preempt_fini();
+    if (pthread_create(&M.th, NULL, monitor_main, NULL))
         return EAGAIN;
-    }
     M.started = true;
     return 0;
 }
@@ -255,7 +273,6 @@ void monitor_stop(void)
     futex_wake(&monitor_sleeping, 1);
     pthread_join(M.th, NULL);
     M.started = false;
-    preempt_fini();
 }
 
 void monitor_stats(struct fern_stats *s)

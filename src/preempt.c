@@ -2,14 +2,30 @@
 /*
  * Asynchronous preemption of green threads that run past their time slice.
  *
- * Model (as Go's since 1.14). The monitor (monitor.c) sees a worker that has
- * not switched for a slice while other threads wait; it stores the worker's
- * switch count in w->preempt_req and sends the worker's kernel thread the
- * preemption signal (tgkill). The handler, on the worker's alternate signal
- * stack, never switches stacks. It checks that the interrupted point is
- * safe:
- *   - the request is still current (the worker has not switched since) and
- *     a green thread runs, on its own fern stack;
+ * Model. Each worker has a POSIX timer on its own kernel thread's CPU clock
+ * (timer_create(CLOCK_THREAD_CPUTIME_ID), SIGEV_THREAD_ID to itself) that
+ * sends it the preemption signal every tick of CPU it uses (a quarter
+ * slice, rounded up by the kernel to its scheduler tick: 4 ms at HZ=250).
+ * A worker that sleeps uses no CPU and gets no ticks, so an idle process
+ * costs nothing, and a thread blocked in a system call is not interrupted.
+ * Slices are kept by the worker itself, in its CPU time, so neither a late
+ * monitor nor a loaded machine changes what a thread is granted:
+ *   - the handler stamps a slice's start when it sees a new switch count:
+ *     the CPU time of the preemption that caused the switch (w->slice_next)
+ *     or, after a voluntary switch, that of the tick itself;
+ *   - a slice is over when the thread has used P.slice_ns of CPU since;
+ *     then, if other threads wait, it is preempted at that tick (granted:
+ *     the slice rounded up to the kernel's tick);
+ *   - a thread woken (a due timer of this worker, or one in the cluster's
+ *     inbox) does not wait for a slice to end: the running thread is
+ *     preempted at the next tick, goes to the front of the pinned list and
+ *     keeps the rest of its slice (t->slice_carry), so a sleeper beside
+ *     spinners is late by at most a tick of CPU and spinners' shares stay
+ *     equal (this is the kernel's wake-up preemption, at tick resolution).
+ * Preempting goes as in Go since 1.14: the handler, on the worker's
+ * alternate signal stack, never switches stacks. It checks that the
+ * interrupted point is safe:
+ *   - a green thread runs, on its own fern stack;
  *   - the PC is in application code: inside an executable segment of an
  *     object that is not libc, the dynamic loader, libstdc++, libgcc, a
  *     sanitizer runtime, fern itself or the vDSO. Those hold locks (malloc's,
@@ -31,8 +47,9 @@
  * them), calls preempt_yield() and restores them exactly. An architecture
  * without a trampoline (ARCH_PREEMPT 0) has preemption off, as if
  * FERN_PREEMPT=0. Otherwise (or if arch_preempt_redirect cannot redirect
- * this context) it counts a deferred preemption and the monitor asks again
- * on its next tick.
+ * this context) it counts a deferred preemption and tries again at the
+ * worker's next tick; a thread that stays where it cannot be preempted (a
+ * loop inside memchr) is the monitor's to compensate for.
  *
  * A preempted thread goes on its worker's pinned list, not its run queue:
  * it resumes on the same kernel thread (application code may hold a TLS
@@ -41,13 +58,13 @@
  *
  * Signal: SIGURG by default (ignored by default, rarely used: out-of-band
  * socket data), FERN_PREEMPT_SIGNAL (a name or number, config.c) chooses
- * another. A signal that
- * was not sent by the monitor (si_code is not SI_TKILL from this process, or
- * no request is pending) goes to the handler that was installed before
- * fern_init (a handler installed later replaces fern's until the next
- * fern_init). Installed with SA_RESTART; the monitor does not signal a worker
- * whose thread sleeps in the kernel (/proc state), so blocking calls are not
- * interrupted by it.
+ * another. A signal that is not a tick of fern's timers (si_code SI_TIMER
+ * with fern's cookie as its value) goes to the handler that was installed
+ * before fern_init (a handler installed later replaces fern's until the
+ * next fern_init). Installed with SA_RESTART; a timer on the CPU clock does
+ * not expire while its thread sleeps, so blocking calls are not interrupted
+ * (except one that sleeps in the instant a tick expires: SA_RESTART covers
+ * most, and fern's own waits treat an early return as a spurious wake-up).
  *
  * ThreadSanitizer delivers signals late, at its own points, with a copy of
  * the context: there the handler only sets w->preempt_soft and fern's
@@ -85,9 +102,13 @@ struct code_table {
     struct code_range r[];
 };
 
+#define SLICE_NONE UINT64_MAX /* slice_sw: no slice stamped */
+
 static struct {
     int sig;
     bool on;
+    int64_t slice_ns;
+    int64_t tick_ns;  /* the period of each worker's CPU-time timer */
     struct sigaction old;
     struct code_table *table;   /* published with release, read in the handler */
     bool installed;             /* the handler stays after fern_shutdown */
@@ -218,7 +239,7 @@ static bool pc_is_app(uintptr_t pc)
 }
 #endif
 
-/* ---- the handler ---- */
+/* ---- the handler: one tick of a worker's CPU time ---- */
 
 static void chain_old(int sig, siginfo_t *si, void *uc)
 {
@@ -230,39 +251,122 @@ static void chain_old(int sig, siginfo_t *si, void *uc)
     }
 }
 
+/* The calling kernel thread's CPU time (a system call, once per tick). */
+static int64_t self_cpu_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts))
+        return 0;
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+#if !defined(FERN_TSAN) && ARCH_PREEMPT
+/* The interrupted point may be left for fern_preempt_tramp (see the top). */
+static bool point_safe(struct worker *w, fern_thread *t, void *ucv)
+{
+    uintptr_t pc = arch_uc_pc(ucv), sp = arch_uc_sp(ucv);
+    uintptr_t lo = (uintptr_t)t->stack->lo, hi = (uintptr_t)t->stack;
+    uintptr_t need = arch_preempt_frame() + PREEMPT_ROOM;
+    return pc_is_app(pc) && sp <= hi && sp >= lo + need && !w->after &&
+           !(w->bias_tag && LOAD_RELAXED(w->bias_busy));
+}
+#endif
+
+/* One tick on w, whose running thread is t. */
+__attribute__((no_sanitize("address"))) static void preempt_tick(struct worker *w, fern_thread *t,
+                                                                   void *ucv)
+{
+    int64_t cpu = self_cpu_ns();
+    uint64_t sw = LOAD_RELAXED(&w->n_switches);
+    if (sw != w->slice_sw) {
+        /* A new slice: it began at the last preemption if that was the
+         * switch (the usual case beside spinners), else when the monitor or
+         * this handler first saw it (at most a tick late). A thread preempted early for
+         * a woken one goes on with what it had left. */
+        int64_t start = w->slice_next ? w->slice_next : cpu;
+        /* After a voluntary switch the monitor may have seen this count
+         * first (its ticks are finer than the kernel's): its reading of
+         * the CPU time is the earlier start. */
+        if (!w->slice_next && __atomic_load_n(&w->mon_switches, __ATOMIC_ACQUIRE) == sw) {
+            int64_t m = LOAD_RELAXED(&w->mon_cpu);
+            if (m > 0 && m < start)
+                start = m;
+        }
+        STORE_RELAXED(&w->slice_sw, sw); /* both read by the monitor */
+        STORE_RELAXED(&w->slice_start, start - t->slice_carry);
+        w->slice_next = 0;
+        t->slice_carry = 0;
+    }
+    int64_t used = cpu - w->slice_start;
+    bool expired = used >= P.slice_ns;
+    bool inbox = LOAD_RELAXED(&w->cluster->inbox_n) != 0;
+    bool queued = expired && (inbox || worker_has_queued(w));
+    /* Only hints so far: a due timer is confirmed below, under its lock. */
+    if (!queued && !inbox && !LOAD_RELAXED(&w->timers.n))
+        return;
+#ifdef FERN_TSAN
+    /* The context is a copy here; fern's next operation yields. */
+    (void)ucv;
+    if (queued || (expired && LOAD_RELAXED(&w->timers.n))) {
+        w->slice_next = cpu;
+        STORE_RELAXED(&w->slice_sw, SLICE_NONE);
+        STORE_RELAXED(&w->preempt_soft, 1);
+    }
+#elif ARCH_PREEMPT
+    if (!point_safe(w, t, ucv)) {
+        if (queued || inbox) {
+            COUNT(&w->n_preempts_deferred, 1);
+            if (LOAD_RELAXED(&w->defer_sw) != sw) {
+                STORE_RELAXED(&w->defer_n, 0);
+                STORE_RELAXED(&w->defer_sw, sw);
+            }
+            STORE_RELAXED(&w->defer_n, w->defer_n + 1);
+        }
+        return;
+    }
+    /* Not in fern (point_safe), so the worker holds no timer lock. */
+    bool woken = inbox || (LOAD_RELAXED(&w->timers.n) && timers_next(w) <= fern_now_ns());
+    if (!queued && !woken)
+        return;
+    if (!arch_preempt_redirect(ucv)) { /* a context it cannot resume exactly */
+        COUNT(&w->n_preempts_deferred, 1);
+        return;
+    }
+    /* Woken threads run at once; the slice of the thread they displace
+     * is kept if it was not over. */
+    t->slice_carry = expired ? 0 : used;
+    w->pin_front = !expired;
+    w->slice_next = cpu;
+    STORE_RELAXED(&w->slice_sw, SLICE_NONE); /* restamped if the yield finds nobody */
+    COUNT(&w->n_preempts, 1);
+#else
+    (void)ucv;
+#endif
+}
+
 __attribute__((no_sanitize("address"))) static void on_preempt(int sig, siginfo_t *si, void *ucv)
 {
     int saved_errno = errno;
     struct worker *w = worker_self();
-    uint64_t req = w ? LOAD(&w->preempt_req) : 0;
-    if (!req || si->si_code != SI_TKILL || si->si_pid != getpid()) {
+    bool tick = si->si_code == SI_TIMER && si->si_value.sival_ptr == &P;
+    /* The monitor's nudge: a tgkill from this process with the flag set
+     * (exchanged, so a program's own tgkill of this signal is passed on). */
+    bool nudge = !tick && si->si_code == SI_TKILL && si->si_pid == getpid() && w &&
+                 __atomic_exchange_n(&w->preempt_nudged, 0, __ATOMIC_ACQ_REL);
+    if (!tick && !nudge) {
         chain_old(sig, si, ucv);
         errno = saved_errno;
         return;
     }
-    STORE_RELAXED(&w->preempt_req, 0);
-    fern_thread *t = w->cur;
-    if (req != w->n_switches || t == &w->g0 || !t->stack)
-        goto out; /* it switched meanwhile: nothing to do */
-#ifdef FERN_TSAN
-    /* The context is a copy here; fern's next operation yields. */
-    STORE_RELAXED(&w->preempt_soft, 1);
-    goto out;
-#elif ARCH_PREEMPT
-    uintptr_t pc = arch_uc_pc(ucv), sp = arch_uc_sp(ucv);
-    uintptr_t lo = (uintptr_t)t->stack->lo, hi = (uintptr_t)t->stack;
-    uintptr_t need = arch_preempt_frame() + PREEMPT_ROOM;
-    if (!pc_is_app(pc) || sp > hi || sp < lo + need || w->after ||
-        (w->bias_tag && LOAD_RELAXED(w->bias_busy))) {
-        COUNT(&w->n_preempts_deferred, 1);
+    fern_thread *t = w ? w->cur : NULL;
+    if (!w || !LOAD_RELAXED(&P.on))
+        goto out; /* a tick still in flight from a deleted timer */
+    if (t == &w->g0 || !t->stack) {
+        STORE_RELAXED(&w->slice_sw, SLICE_NONE); /* idle path: the next thread starts afresh */
+        w->slice_next = 0;
         goto out;
     }
-    if (!arch_preempt_redirect(ucv)) {
-        COUNT(&w->n_preempts_deferred, 1);
-        goto out;
-    }
-    COUNT(&w->n_preempts, 1);
-#endif
+    preempt_tick(w, t, ucv);
 out:
     errno = saved_errno;
 }
@@ -284,11 +388,69 @@ void preempt_point_slow(struct worker *w)
 }
 #endif
 
+/* ---- the worker's tick ---- */
+
+void preempt_worker_start(struct worker *w)
+{
+    STORE_RELAXED(&w->slice_sw, SLICE_NONE);
+    w->slice_next = 0;
+    if (!LOAD_RELAXED(&P.on))
+        return;
+    struct sigevent sev;
+    memset(&sev, 0, sizeof sev);
+    sev.sigev_notify = SIGEV_THREAD_ID;
+    sev.sigev_signo = P.sig;
+    sev.sigev_value.sival_ptr = &P; /* tells fern's ticks from other signals */
+#ifdef sigev_notify_thread_id
+    sev.sigev_notify_thread_id = (pid_t)syscall(SYS_gettid);
+#else
+    sev._sigev_un._tid = (pid_t)syscall(SYS_gettid);
+#endif
+    if (timer_create(CLOCK_THREAD_CPUTIME_ID, &sev, &w->preempt_timer)) {
+        /* Out of timers (RLIMIT_SIGPENDING): this worker is not preempted;
+         * the monitor still compensates for it. */
+        COUNT(&w->n_preempts_deferred, 1);
+        return;
+    }
+    struct itimerspec its = {{P.tick_ns / 1000000000, P.tick_ns % 1000000000},
+                             {P.tick_ns / 1000000000, P.tick_ns % 1000000000}};
+    timer_settime(w->preempt_timer, 0, &its, NULL);
+    w->preempt_timed = true;
+}
+
+void preempt_worker_stop(struct worker *w)
+{
+    if (!w->preempt_timed)
+        return;
+    timer_delete(w->preempt_timer);
+    w->preempt_timed = false;
+}
+
 /* ---- the monitor's side ---- */
 
+bool preempt_blocked(struct worker *w, uint64_t switches)
+{
+    return LOAD_RELAXED(&w->defer_sw) == switches && LOAD_RELAXED(&w->defer_n) >= 2;
+}
+
+int64_t preempt_slice_start(struct worker *w, uint64_t switches)
+{
+    /* A hint (the pair is not written atomically): the handler that the
+     * monitor's nudge runs decides with its own, exact values. */
+    return LOAD_RELAXED(&w->slice_sw) == switches ? LOAD_RELAXED(&w->slice_start) : 0;
+}
+
+void preempt_nudge(struct worker *w)
+{
+    int tid = LOAD_RELAXED(&w->tid);
+    if (!P.on || !tid)
+        return;
+    STORE(&w->preempt_nudged, 1);
+    syscall(SYS_tgkill, getpid(), tid, P.sig);
+}
+
 /* The thread of kernel task tid is asleep in the kernel ('S' or 'D' in
- * /proc): a signal would only interrupt its system call, and compensation
- * covers it. */
+ * /proc): compensation covers it. */
 bool task_sleeping(int tid)
 {
     char path[64], buf[256];
@@ -305,20 +467,22 @@ bool task_sleeping(int tid)
     return p && p[1] == ' ' && (p[2] == 'S' || p[2] == 'D');
 }
 
-void preempt_request(struct worker *w, uint64_t switches)
+void preempt_refresh(void)
 {
-    if (!P.on || !LOAD_RELAXED(&w->tid) || task_sleeping(LOAD_RELAXED(&w->tid)))
-        return;
-    table_refresh();
-    STORE(&w->preempt_req, switches);
-    syscall(SYS_tgkill, getpid(), LOAD_RELAXED(&w->tid), P.sig);
+    if (LOAD_RELAXED(&P.on))
+        table_refresh();
 }
 
 bool preempt_enabled(void) { return P.on; }
 
-int preempt_init(void)
+int preempt_init(int64_t slice_ns)
 {
     int sig = config.preempt_signal; /* checked by config_load */
+    P.slice_ns = slice_ns;
+    /* A quarter slice, but the kernel checks CPU-clock timers only at its
+     * scheduler tick (4 ms at HZ=250): the slice granted is rounded up to
+     * that. */
+    P.tick_ns = slice_ns / 4 < 50000 ? 50000 : slice_ns / 4 > 2500000 ? 2500000 : slice_ns / 4;
 #ifdef FERN_VALGRIND
     /* Valgrind does not run a rewritten signal context as the kernel does
      * (the trampoline's pushes are reported as invalid writes): off there. */
@@ -339,8 +503,8 @@ int preempt_init(void)
         return r;
     if (!P.on)
         return 0; /* static libfern */
-    /* Left in place when the runtime stops (a request still in flight then
-     * finds none pending and is passed on). At each start: if the program
+    /* Left in place when the runtime stops (a tick still in flight then
+     * finds preemption off and is dropped). At each start: if the program
      * replaced it meanwhile, that handler becomes the one fern passes
      * other signals to, and fern's goes back in. */
     if (P.installed && P.installed_sig != sig) {

@@ -478,16 +478,23 @@ static fern_thread *pin_pop(struct worker *w)
     return t;
 }
 
-void sched_pin(struct worker *w, fern_thread *t)
+void sched_pin(struct worker *w, fern_thread *t, bool front)
 {
     STORE_RELAXED(&t->run_state, T_RUNNABLE);
     t->link = NULL;
     spin_lock(&w->pin_lock);
-    if (w->pin_tail)
-        w->pin_tail->link = t;
-    else
+    if (front) {
+        t->link = w->pin_head;
         w->pin_head = t;
-    w->pin_tail = t;
+        if (!w->pin_tail)
+            w->pin_tail = t;
+    } else {
+        if (w->pin_tail)
+            w->pin_tail->link = t;
+        else
+            w->pin_head = t;
+        w->pin_tail = t;
+    }
     STORE_RELAXED(&w->npinned, w->npinned + 1);
     spin_unlock(&w->pin_lock);
 }
@@ -703,17 +710,21 @@ void sched_yield_green(struct worker *w)
 
 static void after_pin(struct worker *w, fern_thread *prev, void *arg)
 {
-    (void)arg;
-    sched_pin(w, prev);
+    sched_pin(w, prev, arg != NULL);
 }
 
 /* A preempted thread gives up the worker. Preemptions are rare (one per
- * slice), so first the worker's due timers and the inbox get a look: a
- * thread a timer woke must not wait behind pinned spinners for the 61-tick
- * inbox check. */
+ * slice, or per wake-up beside a busy thread), so first the worker's due
+ * timers and the inbox get a look: a thread a timer woke must not wait
+ * behind pinned spinners for the 61-tick inbox check. A thread preempted
+ * for a woken one before its slice ended (w->pin_front, preempt.c) goes to
+ * the front of the pinned list: it resumes as soon as the woken threads
+ * park, and its slice goes on. */
 void sched_yield_pinned(struct worker *w)
 {
     fern_thread *cur = w->cur;
+    bool front = w->pin_front;
+    w->pin_front = 0;
     if (LOAD_RELAXED(&w->timers.n))
         timers_run(w, fern_now_ns());
     fern_thread *next = inbox_pop(w->cluster);
@@ -727,7 +738,7 @@ void sched_yield_pinned(struct worker *w)
     }
     w->after = after_pin;
     w->after_prev = cur;
-    w->after_arg = NULL;
+    w->after_arg = front ? cur : NULL;
     STORE_RELAXED(&cur->run_state, T_RUNNABLE);
     switch_to(w, cur, next, false);
 }
@@ -925,6 +936,7 @@ static void *worker_main(void *arg)
     if (__cxa_get_globals)
         w->eh = __cxa_get_globals();
     altstack_setup(w);
+    preempt_worker_start(w);
 #ifdef FERN_TSAN
     w->g0.tsan_fiber = __tsan_get_current_fiber();
 #endif
@@ -950,6 +962,7 @@ static void *worker_main(void *arg)
     }
     run_after(w);
     stack_cache_flush(w);
+    preempt_worker_stop(w);
     altstack_free(w);
     fern_tls_worker_ = NULL;
     STORE_RELAXED(&w->mon_idle, 1);
@@ -1265,17 +1278,22 @@ static int runtime_init(const fern_config *cfg, const char *implicit_by)
         crash_stop();
         return r;
     }
-    struct fern_cluster *d;
-    r = cluster_start(&d, c.workers);
+    /* Before the workers start: each arms its own preemption tick. */
+    r = c.preempt ? preempt_init(c.slice_ns) : 0;
+    struct fern_cluster *d = NULL;
+    if (r == 0)
+        r = cluster_start(&d, c.workers);
     if (r) {
+        preempt_fini();
         crash_stop();
         io_fini();
         stack_fini();
         return r;
     }
-    r = monitor_start(c.slice_ns, c.preempt);
+    r = monitor_start(c.slice_ns, preempt_enabled());
     if (r) {
         cluster_stop(d);
+        preempt_fini();
         crash_stop();
         io_fini();
         stack_fini();
@@ -1320,6 +1338,7 @@ int fern_shutdown(void)
             break;
         cluster_stop(c);
     }
+    preempt_fini(); /* after the workers: their handlers read its table */
     blocking_fini();
     uint64_t abandoned = 0;
     threads_fini(&abandoned);

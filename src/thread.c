@@ -302,6 +302,7 @@ int fern_spawn(fern_thread **out, const fern_attr *attr, fern_fn fn, void *arg)
     STORE_RELAXED(&t->cluster, c);
     t->link = NULL;
     t->saved_errno = 0;
+    t->slice_carry = 0;
     t->tlock = 0;
     t->life = detached ? L_DETACHED : 0;
     STORE_RELAXED(&t->run_state, T_NEW);

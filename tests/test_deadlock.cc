@@ -178,10 +178,12 @@ TEST(Deadlock, PlainThreadWakesGreenWaitersNoReport) {
 namespace {
 
 // Runs body() in a child process whose main thread calls fern_run(body);
-// returns what the child wrote to stderr within `ms_` milliseconds.
-// before_init() runs in the child first; if it fails the child writes
-// "before_init failed" and exits.
-template <class F, class B> std::string child_stderr(F body, int ms_, B before_init) {
+// returns what the child wrote to stderr within `ms_` milliseconds, or up
+// to `until` once that appears (the child never ends by itself: without it
+// the whole time is spent). before_init() runs in the child first; if it
+// fails the child writes "before_init failed" and exits.
+template <class F, class B>
+std::string child_stderr(F body, int ms_, B before_init, const char *until = nullptr) {
     int p[2];
     EXPECT_EQ(0, pipe(p));
     pid_t pid = fork();
@@ -209,6 +211,7 @@ template <class F, class B> std::string child_stderr(F body, int ms_, B before_i
         ssize_t n = read(p[0], buf, sizeof buf);
         if (n <= 0) break;
         out.append(buf, (size_t)n);
+        if (until && out.find(until) != std::string::npos) break;
     }
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
@@ -216,8 +219,8 @@ template <class F, class B> std::string child_stderr(F body, int ms_, B before_i
     return out;
 }
 
-template <class F> std::string child_stderr(F body, int ms_) {
-    return child_stderr(body, ms_, [] { return true; });
+template <class F> std::string child_stderr(F body, int ms_, const char *until = nullptr) {
+    return child_stderr(body, ms_, [] { return true; }, until);
 }
 
 // Makes process_vm_readv fail with EPERM in this process, as container
@@ -269,7 +272,10 @@ TEST(Deadlock, AllThreadsAsleepReported) {
             });
             fern_join(t, nullptr);
         },
-        6000);
+        // Due within ~1.5 s of the child's start (two scans 0.5 s apart);
+        // the reading stops at the report's last line, so the ceiling only
+        // matters to a loaded machine that starts the child slowly.
+        6000, "fern: the program keeps running\n");
     EXPECT_NE(std::string::npos, out.find("all 2 green threads are asleep")) << out;
     EXPECT_NE(std::string::npos, out.find("\"waiter\"")) << out;
     EXPECT_NE(std::string::npos, out.find("\"main\"")) << out;

@@ -306,7 +306,7 @@ TEST(StackDeathTest, CanaryModeCatchesBigFrames) {
 #if !defined(__SANITIZE_THREAD__)
     // Not under ThreadSanitizer: there the yield after the big frame is not
     // reported (seen 2026-11-25, not yet understood; the unyielding case
-    // above is).
+    // above is). Not preemption's doing: it fails with FERN_PREEMPT=0 too.
     g_overflow_body = big_frame_body<big_frame_unprobed_yield>;
     EXPECT_DEATH(parked_then_overflow(16 * 1024, 5), overflow_report(16 * 1024, true));
 #endif
@@ -367,6 +367,8 @@ TEST(Stack, StackBoundWhenThreadFirstRuns) {
         mapped_before = s.stacks_mapped;
         fern_attr a{};
         a.detached = true;
+        struct timespec c0, c1; // the worker's CPU time
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
         for (int i = 0; i < N; i++) {
             auto fn = [](void *p) -> void * {
                 static_cast<std::atomic<int> *>(p)->fetch_add(1);
@@ -374,9 +376,20 @@ TEST(Stack, StackBoundWhenThreadFirstRuns) {
             };
             ASSERT_EQ(0, fern_spawn(nullptr, &a, fn, &ran));
         }
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
         fern_stats(&s);
         in_use_after_spawn = s.stacks_in_use;
-        EXPECT_EQ(0, ran.load()) << "children ran before the spawner yielded on a 1-worker cluster";
+        // Cooperative order holds while the spawner has used less than a
+        // time slice of CPU (10 ms; slices are counted in CPU time, so the
+        // machine's load does not matter). Past that, preemption or (under
+        // ThreadSanitizer, where spawning is slow) compensation may run the
+        // children meanwhile, as they should.
+        double used_ms = (c1.tv_sec - c0.tv_sec) * 1e3 + (c1.tv_nsec - c0.tv_nsec) / 1e6;
+        if (used_ms < 8)
+            EXPECT_EQ(0, ran.load()) << "children ran before the spawner yielded on a 1-worker cluster";
+        else
+            std::printf("spawning %d threads used %.1f ms of CPU, near or over a slice: order not checked\n",
+                        N, used_ms);
         while (ran.load() != N) fern_yield();
         fern_stats(&s);
         mapped_after = s.stacks_mapped;
