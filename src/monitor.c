@@ -142,7 +142,7 @@ static bool watch_cluster(struct fern_cluster *c, int64_t now)
         int64_t ran = now - w->mon_since;
         if (LOAD_RELAXED(&w->timers.n) && timers_next(w) <= now)
             timers_run(w, now);
-        bool waiting = worker_has_queued(w) || LOAD_RELAXED(&c->inbox_n);
+        bool waiting = worker_has_queued(w) || tqueue_len(&c->inbox);
         if (M.preempt && ran >= M.slice_ns && waiting) {
             if (!w->mon_req_cpu)
                 w->mon_req_cpu = thread_cpu_ns(LOAD_RELAXED(&w->tid));
@@ -160,13 +160,13 @@ static bool watch_cluster(struct fern_cluster *c, int64_t now)
              * blocked in the kernel, where it could wait for one of them
              * (a pthread mutex it holds) forever. */
             if (worker_has_queued(w))
-                rescue_worker(w, LOAD_RELAXED(&w->npinned) && task_sleeping(LOAD_RELAXED(&w->tid)));
+                rescue_worker(w, tqueue_len(&w->pinned) && task_sleeping(LOAD_RELAXED(&w->tid)));
         }
     }
     STORE_RELAXED(&c->stuck, nstuck > 0);
     /* Work waits in the inbox, some worker is stuck, and every live worker
      * has kept one thread for a slice or more: nobody is about to run it. */
-    if (nstuck && nlong == nlive && !nfree && LOAD_RELAXED(&c->inbox_n) &&
+    if (nstuck && nlong == nlive && !nfree && tqueue_len(&c->inbox) &&
         spare_start(c) == 0)
         STORE_RELAXED(&M.spares_started, M.spares_started + 1);
     return busy;
