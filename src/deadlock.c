@@ -165,7 +165,7 @@ static void collect(fern_thread *t, void *arg)
     e->t = t;
     e->m = LOAD(&t->wait_obj);
     e->owner = NULL;
-    e->id = t->id;
+    e->id = LOAD_RELAXED(&t->id); /* the descriptor may be respawned meanwhile */
     for (int i = 0; i < 31; i++)
         e->name[i] = LOAD_RELAXED(&t->name[i]);
     e->name[31] = 0;

@@ -106,6 +106,12 @@ void bias_slot_give(uint32_t id);
  * lock. Returns once *bias is tag (nonzero) or BIAS_SHARED. */
 void bias_settle(uint32_t *bias, uint32_t tag);
 uint64_t bias_revocations(void);
+/* The heavy side of an asymmetric Dekker handshake (bias.c explains it;
+ * sched.c's one-worker rings use it too): membarrier_ready() registers the
+ * process for membarrier(PRIVATE_EXPEDITED) and says whether that worked;
+ * membarrier_all() then runs a full barrier on every thread of the process. */
+bool membarrier_ready(void);
+void membarrier_all(void);
 
 /* ---- futex ---- */
 int futex_wait(uint32_t *addr, uint32_t expect, int64_t deadline_ns);
@@ -412,6 +418,16 @@ struct thread_chunk {
 
 typedef void (*after_fn)(struct worker *w, fern_thread *prev, void *arg);
 
+/* A FIFO of runnable threads linked through t->link, under a spin lock (a
+ * cluster's inbox, a worker's pinned list). n is also read without the
+ * lock, relaxed, as a hint: tqueue_len. */
+struct tqueue {
+    uint32_t lock;
+    uint32_t n;
+    fern_thread *head, *tail;
+};
+static inline uint32_t tqueue_len(struct tqueue *q) { return LOAD_RELAXED(&q->n); }
+
 struct worker {
     /* hot, owner-written */
     fern_thread *cur;           /* running thread, or &g0 */
@@ -426,6 +442,10 @@ struct worker {
     unsigned index;
     bool alone;                 /* its cluster's only worker: no thief ever
                                  * touches `next`, plain loads and stores do */
+    uint32_t ring_busy;         /* alone: the owner is in a section that takes
+                                 * from rq without a CAS (sched.c: ring_enter) */
+    uint32_t ring_shared;       /* set by the monitor while something else may
+                                 * take from rq; always set if not alone */
     uint32_t bias_tag;          /* its objects' bias_ value (slot id << 2), 0
                                  * if it owns no bias slot (see bias.c) */
     uint32_t *bias_busy;        /* bias_busy(bias_tag), kept: deriving it on
@@ -484,9 +504,7 @@ struct worker {
     uint32_t preempt_soft;      /* ThreadSanitizer: yield at the next preempt_point */
     /* threads preempted here, resumed here (not stealable); rescue_worker
      * moves them only when the worker is stuck (see monitor.c) */
-    uint32_t pin_lock;
-    uint32_t npinned;
-    fern_thread *pin_head, *pin_tail;
+    struct tqueue pinned;
     /* a compensation worker (monitor.c): SPARE_* state, 0 for base workers */
     uint32_t spare;
 #ifdef FERN_ASAN
@@ -496,9 +514,7 @@ struct worker {
 };
 
 struct fern_cluster {
-    uint32_t inbox_lock;
-    uint32_t inbox_n;
-    fern_thread *inbox_head, *inbox_tail;
+    struct tqueue inbox;
     uint32_t idle_lock;
     uint32_t nidle;
     uint32_t nspinning;         /* idle workers spinning before they sleep */

@@ -13,6 +13,10 @@
  *   - w->rq       the local ring. The owner pushes at the tail (plain store +
  *                 release); the owner pops and thieves steal half from the
  *                 head with a CAS. Overflow spills half to the cluster inbox.
+ *                 A one-worker cluster's owner pops with plain stores, and
+ *                 queues a yielder before its switch, while the monitor has
+ *                 not marked the ring shared (ring_enter: the monitor's
+ *                 rescue and a spare worker take from it too).
  *   - c->inbox    multi-producer FIFO for wake-ups from plain threads, other
  *                 clusters, migrations and spills. Checked when the local
  *                 queue is empty and every 61 ticks, so it cannot starve.
@@ -71,6 +75,14 @@
  *             before the new head; the owner loads head with acquire before
  *             reusing a slot, so it never overwrites one still being read.
  *   rq[]      relaxed: published by rq_tail, retired by rq_head.
+ *   ring_busy, ring_shared  (one-worker rings) the asymmetric handshake of
+ *             ring_enter: ring_busy = 1 relaxed, a compiler barrier, an
+ *             acquire load of ring_shared, membarrier on the monitor's side
+ *             in place of the owner's StoreLoad fence; ring_busy = 0 is a
+ *             release store and the monitor's wait an acquire load, so the
+ *             section's plain pops (and the saved context of a yielder it
+ *             queued) are visible before the monitor's CAS. ring_shared = 0
+ *             is a release store after the last spare's exit was seen.
  *   next      exchange (acq_rel, seq_cst in sched_ready) by the owner, CAS
  *             after an acquire load by a stealing spinner: the thread's
  *             state, written before the hand-off, is seen by its taker.
@@ -84,8 +96,9 @@
  *             wait for the 1 ms re-look (on x86 both compile to plain movs).
  *   nspinning relaxed increment (a hint for wakers), seq_cst decrement
  *             before the spinner's last look, ordered with hand-offs.
- *   inbox_n   relaxed: a hint read outside inbox_lock; the list itself is
- *             only touched under that (acquire/release) spin lock.
+ *   tqueue n  (inbox, pinned) relaxed: a hint read outside the queue's
+ *             lock; the list itself is only touched under that
+ *             (acquire/release) spin lock.
  *   stopping, rt.running: release store, acquire loads: whoever sees the
  *             flag also sees what was set up or torn down before it.
  *   wakers    relaxed increment (the caller still holds the cluster), release
@@ -169,47 +182,68 @@ void inbox_push_wake(struct fern_cluster *c, fern_thread *t)
     __atomic_fetch_sub(&c->wakers, 1, __ATOMIC_RELEASE);
 }
 
-void inbox_push(struct fern_cluster *c, fern_thread *t)
+/* Append the list head..tail of n threads to q. */
+static void tqueue_push_list(struct tqueue *q, fern_thread *head, fern_thread *tail, uint32_t n)
+{
+    spin_lock(&q->lock);
+    if (q->tail)
+        q->tail->link = head;
+    else
+        q->head = head;
+    q->tail = tail;
+    STORE_RELAXED(&q->n, q->n + n);
+    spin_unlock(&q->lock);
+}
+
+static void tqueue_push(struct tqueue *q, fern_thread *t)
 {
     STORE_RELAXED(&t->run_state, T_RUNNABLE);
     t->link = NULL;
-    spin_lock(&c->inbox_lock);
-    if (c->inbox_tail)
-        c->inbox_tail->link = t;
-    else
-        c->inbox_head = t;
-    c->inbox_tail = t;
-    STORE_RELAXED(&c->inbox_n, c->inbox_n + 1);
-    spin_unlock(&c->inbox_lock);
+    tqueue_push_list(q, t, t, 1);
 }
 
-static void inbox_push_list(struct fern_cluster *c, fern_thread *head, fern_thread *tail, uint32_t n)
+static void tqueue_push_front(struct tqueue *q, fern_thread *t)
 {
-    spin_lock(&c->inbox_lock);
-    if (c->inbox_tail)
-        c->inbox_tail->link = head;
-    else
-        c->inbox_head = head;
-    c->inbox_tail = tail;
-    STORE_RELAXED(&c->inbox_n, c->inbox_n + n);
-    spin_unlock(&c->inbox_lock);
+    STORE_RELAXED(&t->run_state, T_RUNNABLE);
+    spin_lock(&q->lock);
+    t->link = q->head;
+    q->head = t;
+    if (!q->tail)
+        q->tail = t;
+    STORE_RELAXED(&q->n, q->n + 1);
+    spin_unlock(&q->lock);
 }
 
-static fern_thread *inbox_pop(struct fern_cluster *c)
+static fern_thread *tqueue_pop(struct tqueue *q)
 {
-    if (LOAD_RELAXED(&c->inbox_n) == 0)
+    if (tqueue_len(q) == 0)
         return NULL;
-    spin_lock(&c->inbox_lock);
-    fern_thread *t = c->inbox_head;
+    spin_lock(&q->lock);
+    fern_thread *t = q->head;
     if (t) {
-        c->inbox_head = t->link;
-        if (!c->inbox_head)
-            c->inbox_tail = NULL;
-        STORE_RELAXED(&c->inbox_n, c->inbox_n - 1);
+        q->head = t->link;
+        if (!q->head)
+            q->tail = NULL;
+        STORE_RELAXED(&q->n, q->n - 1);
     }
-    spin_unlock(&c->inbox_lock);
+    spin_unlock(&q->lock);
     return t;
 }
+
+/* Empty q; returns its list (NULL if empty), *tail and *n set. */
+static fern_thread *tqueue_take(struct tqueue *q, fern_thread **tail, uint32_t *n)
+{
+    spin_lock(&q->lock);
+    fern_thread *head = q->head;
+    *tail = q->tail;
+    *n = q->n;
+    q->head = q->tail = NULL;
+    STORE_RELAXED(&q->n, 0);
+    spin_unlock(&q->lock);
+    return head;
+}
+
+void inbox_push(struct fern_cluster *c, fern_thread *t) { tqueue_push(&c->inbox, t); }
 
 /* Move half of a full ring plus t to the inbox, so a burst of spawns does not
  * stay on one worker. */
@@ -230,7 +264,7 @@ static void runq_spill(struct worker *w, fern_thread *t, uint32_t head)
     for (uint32_t i = 0; i < n; i++)
         batch[i]->link = batch[i + 1];
     t->link = NULL;
-    inbox_push_list(w->cluster, batch[0], t, n + 1);
+    tqueue_push_list(&w->cluster->inbox, batch[0], t, n + 1);
     cluster_wake(w->cluster);
 }
 
@@ -250,10 +284,60 @@ static inline void runq_put(struct worker *w, fern_thread *t)
     }
 }
 
-static inline fern_thread *runq_get(struct worker *w)
+/* A one-worker cluster's ring has one taker, its owner, except while the
+ * monitor rescues it or a spare runs beside it (ring_shared). The owner
+ * then needs no locked CAS to take from it, provided it knows that nobody
+ * else is taking: an asymmetric Dekker handshake as in bias.c. The owner
+ * stores ring_busy = 1, then (a compiler barrier only) loads ring_shared;
+ * if clear, it may take with plain stores until it clears ring_busy. The
+ * monitor (ring_share) stores ring_shared = 1, runs membarrier_all() and
+ * waits for ring_busy == 0: either the owner's load came after that
+ * barrier and saw the flag, or its ring_busy = 1 came before it and the
+ * monitor waits for the section to end. A section holds no lock and waits
+ * for nothing. */
+static inline bool ring_enter(struct worker *w)
 {
-    /* Always a CAS, even alone in a cluster: the monitor's rescue
-     * (monitor.c) takes from any worker's ring. */
+    STORE_RELAXED(&w->ring_busy, 1);
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    if (likely(!LOAD(&w->ring_shared)))
+        return true;
+    STORE_RELAXED(&w->ring_busy, 0);
+    return false;
+}
+
+static inline void ring_leave(struct worker *w) { STORE(&w->ring_busy, 0); }
+
+/* Monitor only (rt.boot_lock held, no spin lock): from now on w's owner
+ * takes from its ring with a CAS. */
+static void ring_share(struct worker *w)
+{
+    if (LOAD_RELAXED(&w->ring_shared))
+        return;
+    STORE_RELAXED(&w->ring_shared, 1);
+    membarrier_all();
+    unsigned spins = 0;
+    while (LOAD(&w->ring_busy))
+        spin_backoff(&spins);
+}
+
+/* `owned`: the caller is inside a ring section (ring_enter returned true). */
+static inline fern_thread *runq_get(struct worker *w, bool owned)
+{
+    if (w->alone) {
+        /* In the caller's section (a yield), or in one of its own. */
+        bool own = !owned;
+        if (owned || ring_enter(w)) {
+            uint32_t head = LOAD_RELAXED(&w->rq_head);
+            fern_thread *t = NULL;
+            if (head != w->rq_tail) {
+                t = LOAD_RELAXED(&w->rq[head % RUNQ_SIZE]);
+                STORE_RELAXED(&w->rq_head, head + 1);
+            }
+            if (own)
+                ring_leave(w);
+            return t;
+        }
+    }
     for (;;) {
         uint32_t head = LOAD(&w->rq_head);
         uint32_t tail = w->rq_tail;
@@ -347,7 +431,7 @@ static void cluster_wake_all(struct fern_cluster *c)
 static bool cluster_has_work(struct worker *w)
 {
     struct fern_cluster *c = w->cluster;
-    if (LOAD_RELAXED(&c->inbox_n) || LOAD_RELAXED(&c->stopping))
+    if (tqueue_len(&c->inbox) || LOAD_RELAXED(&c->stopping))
         return true;
     unsigned n = LOAD(&c->nworkers);
     for (unsigned i = 0; i < n; i++)
@@ -460,57 +544,33 @@ static inline void run_after(struct worker *w)
         w->after = NULL;
         fn(w, w->after_prev, w->after_arg);
     }
+    /* A yielder queued before its switch (sched_yield_green) is saved now. */
+    if (LOAD_RELAXED(&w->ring_busy))
+        ring_leave(w);
 }
 
-/* Take the oldest thread preempted on w (owner only; the monitor may empty
- * the list of a stuck worker, hence the lock). */
-static fern_thread *pin_pop(struct worker *w)
-{
-    spin_lock(&w->pin_lock);
-    fern_thread *t = w->pin_head;
-    if (t) {
-        w->pin_head = t->link;
-        if (!w->pin_head)
-            w->pin_tail = NULL;
-        STORE_RELAXED(&w->npinned, w->npinned - 1);
-    }
-    spin_unlock(&w->pin_lock);
-    return t;
-}
-
+/* A preempted thread goes back first when it made way for a woken one
+ * (it keeps the rest of its slice: preempt.c), else last. */
 void sched_pin(struct worker *w, fern_thread *t, bool front)
 {
-    STORE_RELAXED(&t->run_state, T_RUNNABLE);
-    t->link = NULL;
-    spin_lock(&w->pin_lock);
-    if (front) {
-        t->link = w->pin_head;
-        w->pin_head = t;
-        if (!w->pin_tail)
-            w->pin_tail = t;
-    } else {
-        if (w->pin_tail)
-            w->pin_tail->link = t;
-        else
-            w->pin_head = t;
-        w->pin_tail = t;
-    }
-    STORE_RELAXED(&w->npinned, w->npinned + 1);
-    spin_unlock(&w->pin_lock);
+    if (front)
+        tqueue_push_front(&w->pinned, t);
+    else
+        tqueue_push(&w->pinned, t);
 }
 
 /* Pick the next thread to run without blocking; NULL if none. Inlined into
- * the switch paths: it is on every park and yield. */
-static inline __attribute__((always_inline)) fern_thread *pick_next(struct worker *w)
+ * the switch paths: it is on every park and yield. `owned` as in runq_get. */
+static inline __attribute__((always_inline)) fern_thread *pick_next(struct worker *w, bool owned)
 {
     fern_thread *t;
     uint32_t tick = ++w->tick;
     if (unlikely(tick % 61 == 0)) {
         if (LOAD_RELAXED(&w->timers.n))
             timers_run(w, fern_now_ns());
-        if (LOAD_RELAXED(&w->npinned) && (t = pin_pop(w)) != NULL)
+        if ((t = tqueue_pop(&w->pinned)) != NULL)
             return t;
-        if ((t = inbox_pop(w->cluster)) != NULL)
+        if ((t = tqueue_pop(&w->cluster->inbox)) != NULL)
             return t;
     }
     if ((t = LOAD_RELAXED(&w->next)) != NULL && w->next_streak < NEXT_STREAK_MAX) {
@@ -524,13 +584,13 @@ static inline __attribute__((always_inline)) fern_thread *pick_next(struct worke
         }
     }
     w->next_streak = 0;
-    if ((t = runq_get(w)) != NULL)
+    if ((t = runq_get(w, owned)) != NULL)
         return t;
-    if (LOAD_RELAXED(&w->npinned) && (t = pin_pop(w)) != NULL)
+    if ((t = tqueue_pop(&w->pinned)) != NULL)
         return t;
     if (LOAD_RELAXED(&w->next) && (t = __atomic_exchange_n(&w->next, NULL, __ATOMIC_ACQ_REL)))
         return t;
-    return inbox_pop(w->cluster);
+    return tqueue_pop(&w->cluster->inbox);
 }
 
 /* Switch from cur to next on w. Returns on cur's context when it is resumed,
@@ -606,7 +666,7 @@ void sched_park(after_fn fn, void *arg)
     w->after = fn;
     w->after_prev = cur;
     w->after_arg = arg;
-    next = pick_next(w);
+    next = pick_next(w, false);
     if (next && !next->sp && !(stack_ready(w, next->stack_cls) && stack_bind(w, next))) {
         /* Binding a stack that is not in the cache may fault in a page and
          * take a system call, which must not happen while the parking
@@ -655,7 +715,7 @@ void sched_exit(after_fn fn, void *arg)
     fern_thread *next;
     STORE_RELAXED(&cur->run_state, T_EXITING);
     PROBE1(exit, cur->id);
-    next = pick_next(w);
+    next = pick_next(w, false);
     /* Not while threads wait for a stack (stack_starved): the stack goes
      * back through the pool, which serves them first. */
     if (next && !next->sp && cur->stack && next->stack_cls == cur->stack_cls &&
@@ -682,13 +742,22 @@ static void after_requeue(struct worker *w, fern_thread *prev, void *arg)
 void sched_yield_green(struct worker *w)
 {
     fern_thread *cur = w->cur;
-    fern_thread *next = pick_next(w);
+    /* Alone in its cluster and not shared with the monitor or a spare, the
+     * worker queues cur before the switch, with no after-switch call: the
+     * ring section (ring_enter) lasts until the next context's run_after,
+     * so nobody else takes cur from the ring before its context is saved
+     * (invariant 1). */
+    bool owned = w->alone && ring_enter(w);
+    fern_thread *next = pick_next(w, owned);
     if (!next) {
+        if (owned)
+            ring_leave(w);
+        owned = false;
         /* Alone on this worker: still serve fds now and then, or a thread
          * that only yields would keep parked readers waiting. */
         if ((w->tick & 63) == 0 && io_active() && !io_poll_owned()) {
             io_poll_nonblocking();
-            next = pick_next(w);
+            next = pick_next(w, false);
         }
         if (!next)
             return;
@@ -697,14 +766,14 @@ void sched_yield_green(struct worker *w)
         w->start = next;
         next = &w->g0;
     }
-    /* Queued only after the switch, even on a one-worker cluster: the
-     * monitor's rescue (monitor.c) may hand this ring's threads to a spare
-     * worker at any moment, so a thread in the ring must be saved
-     * (invariant 1; ThreadSanitizer caught the early queueing). */
-    w->after = after_requeue;
-    w->after_prev = cur;
-    w->after_arg = NULL;
-    STORE_RELAXED(&cur->run_state, T_RUNNABLE);
+    if (owned) {
+        runq_put(w, cur);
+    } else {
+        w->after = after_requeue;
+        w->after_prev = cur;
+        w->after_arg = NULL;
+        STORE_RELAXED(&cur->run_state, T_RUNNABLE);
+    }
     switch_to(w, cur, next, false);
 }
 
@@ -727,9 +796,9 @@ void sched_yield_pinned(struct worker *w)
     w->pin_front = 0;
     if (LOAD_RELAXED(&w->timers.n))
         timers_run(w, fern_now_ns());
-    fern_thread *next = inbox_pop(w->cluster);
+    fern_thread *next = tqueue_pop(&w->cluster->inbox);
     if (!next)
-        next = pick_next(w);
+        next = pick_next(w, false);
     if (!next)
         return;
     if (!next->sp && !(stack_ready(w, next->stack_cls) && stack_bind(w, next))) {
@@ -874,7 +943,7 @@ static fern_thread *find_work(struct worker *w)
             break;
         if (LOAD_RELAXED(&w->timers.n) && timers_run(w, fern_now_ns()))
             continue;
-        if ((t = pick_next(w)) != NULL)
+        if ((t = pick_next(w, false)) != NULL)
             break;
         unsigned nw = LOAD(&c->nworkers);
         for (unsigned i = 1; i < nw && !t; i++)
@@ -988,6 +1057,7 @@ static struct worker *worker_new(struct fern_cluster *c, unsigned index, bool al
     w->cluster = c;
     w->index = index;
     w->alone = alone;
+    w->ring_shared = !alone || !membarrier_ready();
     w->bias_tag = alone ? bias_slot_take() << 2 : 0;
     w->bias_busy = bias_busy(w->bias_tag);
     w->g0.alloc = A_LIVE;
@@ -1078,6 +1148,8 @@ int spare_start(struct fern_cluster *c)
         c->workers[n] = w;
         STORE(&c->nworkers, n + 1); /* the slot is filled before it is counted */
     }
+    if (c->nbase == 1)
+        ring_share(c->workers[0]); /* the spare steals from it */
     STORE_RELAXED(&w->mon_idle, 0);
     STORE(&w->spare, SPARE_RUNNING);
     if (worker_launch(w)) {
@@ -1088,27 +1160,39 @@ int spare_start(struct fern_cluster *c)
     return 0;
 }
 
-/* Join the spares of c that ended by themselves (rt.boot_lock held). */
+/* Join the spares of c that ended by themselves (rt.boot_lock held). Once
+ * none runs and the last tick found no worker stuck, a one-worker
+ * cluster's ring is its owner's alone again: every steal by a spare came
+ * before the spare's release of SPARE_EXITED, which the acquire load here
+ * saw; the release store of ring_shared passes that on to the owner. */
 void spares_reap(struct fern_cluster *c)
 {
+    bool running = false;
     for (unsigned i = c->nbase; i < c->nworkers; i++) {
         struct worker *w = c->workers[i];
-        if (LOAD(&w->spare) == SPARE_EXITED) {
+        uint32_t state = LOAD(&w->spare);
+        if (state == SPARE_EXITED) {
             pthread_join(w->os, NULL);
             STORE(&w->spare, SPARE_DORMANT);
         }
+        running |= state == SPARE_RUNNING;
     }
+    struct worker *w0 = c->workers[0];
+    if (w0->alone && !running && !LOAD_RELAXED(&c->stuck) && LOAD_RELAXED(&w0->ring_shared) &&
+        membarrier_ready())
+        STORE(&w0->ring_shared, 0);
 }
 
 bool worker_has_queued(struct worker *v)
 {
-    return !runq_empty(v) || LOAD_RELAXED(&v->next) || LOAD_RELAXED(&v->npinned);
+    return !runq_empty(v) || LOAD_RELAXED(&v->next) || tqueue_len(&v->pinned);
 }
 
 unsigned rescue_worker(struct worker *v, bool pinned_too)
 {
     fern_thread *batch[RUNQ_SIZE + 1];
     unsigned n = 0;
+    ring_share(v);
     for (;;) {
         uint32_t head = LOAD(&v->rq_head);
         uint32_t tail = LOAD(&v->rq_tail);
@@ -1131,15 +1215,8 @@ unsigned rescue_worker(struct worker *v, bool pinned_too)
     }
     fern_thread *pinned = NULL, *pinned_tail = NULL;
     uint32_t npinned = 0;
-    if (pinned_too && LOAD_RELAXED(&v->npinned)) {
-        spin_lock(&v->pin_lock);
-        pinned = v->pin_head;
-        pinned_tail = v->pin_tail;
-        npinned = v->npinned;
-        v->pin_head = v->pin_tail = NULL;
-        STORE_RELAXED(&v->npinned, 0);
-        spin_unlock(&v->pin_lock);
-    }
+    if (pinned_too && tqueue_len(&v->pinned))
+        pinned = tqueue_take(&v->pinned, &pinned_tail, &npinned);
     if (n + npinned == 0)
         return 0;
     fern_thread *head = pinned, *tail = pinned_tail;
@@ -1151,7 +1228,7 @@ unsigned rescue_worker(struct worker *v, bool pinned_too)
             head = batch[i];
         tail = batch[i];
     }
-    inbox_push_list(v->cluster, head, tail, n + npinned);
+    tqueue_push_list(&v->cluster->inbox, head, tail, n + npinned);
     cluster_wake(v->cluster);
     return n + npinned;
 }
@@ -1396,7 +1473,7 @@ void sched_dump_clusters(FILE *f)
         fprintf(f, "cluster %p%s: %u workers, %u idle, %u spinning, %u threads, inbox %u\n",
                 (void *)c, c == rt.dflt ? " (default)" : "", c->nworkers, LOAD_RELAXED(&c->nidle),
                 LOAD_RELAXED(&c->nspinning),
-                (unsigned)cluster_live(c), LOAD_RELAXED(&c->inbox_n));
+                (unsigned)cluster_live(c), tqueue_len(&c->inbox));
         for (unsigned i = 0; i < c->nworkers; i++) {
             struct worker *w = c->workers[i];
             uint32_t q = LOAD_RELAXED(&w->rq_tail) - LOAD_RELAXED(&w->rq_head);
@@ -1406,7 +1483,7 @@ void sched_dump_clusters(FILE *f)
             fprintf(f, "  worker %u%s: runq %u, next %llu, pinned %u, timers %u, switches %llu, "
                        "steals %llu, sleeps %llu",
                     i, i >= c->nbase ? " (spare)" : "", q, nx ? (unsigned long long)nx->id : 0ull,
-                    LOAD_RELAXED(&w->npinned), LOAD_RELAXED(&w->timers.n),
+                    tqueue_len(&w->pinned), LOAD_RELAXED(&w->timers.n),
                     (unsigned long long)LOAD_RELAXED(&w->n_switches),
                     (unsigned long long)LOAD_RELAXED(&w->n_steals),
                     (unsigned long long)LOAD_RELAXED(&w->n_sleeps));

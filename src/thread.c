@@ -311,7 +311,7 @@ int fern_spawn(fern_thread **out, const fern_attr *attr, fern_fn fn, void *arg)
     t->joiner = NULL;
     t->keys = NULL;
     t->rdheld = NULL;
-    t->id = next_id(w);
+    STORE_RELAXED(&t->id, next_id(w)); /* read by the deadlock watch (deadlock.c) */
     t->eh[0] = t->eh[1] = 0;
     name_copy(t, attr ? attr->name : NULL);
 #ifdef FERN_ASAN
