@@ -240,14 +240,24 @@ def perf(prog, prog_fp):
                                text=True, timeout=TIMEOUT)
             samples = [s for s in r.stdout.split("\n\n") if "busy_work" in s]
             check(len(samples) >= 10, "perf %s: %d samples in busy_work" % (how, len(samples)), r.stdout[-2000:])
-            bad = []
+            bad, in_handler = [], 0
             for s in samples:
                 syms = [l.split(None, 1)[1] if len(l.split(None, 1)) > 1 else "?"
                         for l in s.strip().splitlines()]
+                if "on_preempt" in syms:
+                    # Taken inside the preemption tick's signal handler: the
+                    # walk crosses the kernel's signal frame, which perf's
+                    # DWARF unwinder does not always get through. Counted,
+                    # and bounded below, not required to reach the base.
+                    in_handler += 1
+                    continue
                 if "thread_entry" not in syms or syms[-1] != "fern_ctx_entry":
                     bad.append(s)
-            check(not bad, "perf %s: every busy_work sample ends at fern_ctx_entry (%d of %d do not)"
-                  % (how, len(bad), len(samples)), "\n\n".join(bad[:3]))
+            check(not bad, "perf %s: every busy_work sample ends at fern_ctx_entry (%d of %d do not; "
+                  "%d in the preemption handler)" % (how, len(bad), len(samples), in_handler),
+                  "\n\n".join(bad[:3]))
+            check(in_handler * 20 <= len(samples), "perf %s: at most 5%% of the samples in the preemption "
+                  "handler (%d of %d)" % (how, in_handler, len(samples)))
     finally:
         shutil.rmtree(tmp)
 
