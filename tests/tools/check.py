@@ -244,8 +244,9 @@ def perf(prog, prog_fp):
             for s in samples:
                 syms = [l.split(None, 1)[1] if len(l.split(None, 1)) > 1 else "?"
                         for l in s.strip().splitlines()]
-                if "on_preempt" in syms:
-                    # Taken inside the preemption tick's signal handler: the
+                if "on_preempt" in syms or "sighandler" in syms:
+                    # Taken inside the preemption tick's signal handler
+                    # (ThreadSanitizer's wrapper of it is `sighandler`): the
                     # walk crosses the kernel's signal frame, which perf's
                     # DWARF unwinder does not always get through. Counted,
                     # and bounded below, not required to reach the base.
