@@ -4,6 +4,7 @@
  * `SELECT pg_sleep(0.3)` at once; a 1 ms sleeper runs beside them. Prints
  * one JSON line: the wall time from the first query to the last answer. */
 #include <fern/fern.h>
+#include "hook_ticker.h"
 #include <libpq-fe.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -14,20 +15,7 @@
 static const char *conninfo;
 static PGconn *conns[N];
 static atomic_int errors, stop_flag;
-static atomic_llong late_max;
-
-static void *ticker(void *arg)
-{
-    (void)arg;
-    while (!atomic_load(&stop_flag)) {
-        int64_t due = fern_now_ns() + 1000000;
-        fern_sleep_until(due);
-        long long l = fern_now_ns() - due;
-        if (l > atomic_load(&late_max))
-            atomic_store(&late_max, l);
-    }
-    return NULL;
-}
+static struct hook_ticker green_tick = {.stop = &stop_flag};
 
 static void *query(void *arg)
 {
@@ -67,9 +55,9 @@ int main(int argc, char **argv)
         fern_join(t[i], NULL);
     if (errors)
         return 1;
-    fern_spawn(&tick, NULL, ticker, NULL);
+    fern_spawn(&tick, NULL, hook_ticker_green, &green_tick);
     fern_sleep_ns(20000000);
-    atomic_store(&late_max, 0);
+    atomic_store(&green_tick.late_max, 0);
     int64_t t0 = fern_now_ns();
     for (int i = 0; i < N; i++)
         fern_spawn(&t[i], NULL, query, conns[i]);
@@ -82,7 +70,7 @@ int main(int argc, char **argv)
         PQfinish(conns[i]);
     printf("{\"bench\": \"hook-pg\", \"threads\": %d, \"workers\": 1, \"wall_s\": %.3f, "
            "\"ticker_late_max_ms\": %.2f, \"errors\": %d}\n",
-           N, wall, atomic_load(&late_max) / 1e6, atomic_load(&errors));
+           N, wall, atomic_load(&green_tick.late_max) / 1e6, atomic_load(&errors));
     fern_shutdown();
     return atomic_load(&errors) != 0;
 }

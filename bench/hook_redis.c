@@ -9,6 +9,7 @@
  * to an absolute time): its lateness is the machine's alone, the floor
  * the green ticker's figure is judged against. */
 #include <fern/fern.h>
+#include "hook_ticker.h"
 #include <hiredis/hiredis.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -22,7 +23,7 @@ static int port;
 static double secs = 3;
 static atomic_long ops;
 static atomic_int errors, stop_flag, go_flag;
-static atomic_llong late_max, plain_late_max;
+static struct hook_ticker green_tick = {.stop = &stop_flag}, plain_tick = {.stop = &stop_flag};
 
 static void *client(void *arg)
 {
@@ -55,33 +56,6 @@ static void *client(void *arg)
     return NULL;
 }
 
-static void *ticker(void *arg)
-{
-    (void)arg;
-    while (!atomic_load(&stop_flag)) {
-        int64_t due = fern_now_ns() + 1000000;
-        fern_sleep_until(due);
-        long long l = fern_now_ns() - due;
-        if (l > atomic_load(&late_max))
-            atomic_store(&late_max, l);
-    }
-    return NULL;
-}
-
-static void *plain_ticker(void *arg)
-{
-    (void)arg;
-    while (!atomic_load(&stop_flag)) {
-        int64_t due = fern_now_ns() + 1000000;
-        struct timespec ts = {due / 1000000000, due % 1000000000};
-        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
-        long long l = fern_now_ns() - due;
-        if (l > atomic_load(&plain_late_max))
-            atomic_store(&plain_late_max, l);
-    }
-    return NULL;
-}
-
 int main(int argc, char **argv)
 {
     if (argc < 3)
@@ -93,8 +67,8 @@ int main(int argc, char **argv)
     fern_thread *ft[CLIENTS], *tick = NULL;
     pthread_t pt[CLIENTS], ptick;
     if (green) {
-        fern_spawn(&tick, NULL, ticker, NULL);
-        if (pthread_create(&ptick, NULL, plain_ticker, NULL))
+        fern_spawn(&tick, NULL, hook_ticker_green, &green_tick);
+        if (pthread_create(&ptick, NULL, hook_ticker_plain, &plain_tick))
             return 1;
     }
     for (long i = 0; i < CLIENTS; i++)
@@ -102,8 +76,8 @@ int main(int argc, char **argv)
                   : pthread_create(&pt[i], NULL, client, (void *)i))
             return 1;
     fern_sleep_ns(300000000); /* connections made */
-    atomic_store(&late_max, 0);
-    atomic_store(&plain_late_max, 0);
+    atomic_store(&green_tick.late_max, 0);
+    atomic_store(&plain_tick.late_max, 0);
     int64_t t0 = fern_now_ns();
     atomic_store(&go_flag, 1);
     fern_sleep_ns((int64_t)(secs * 1e9));
@@ -119,8 +93,8 @@ int main(int argc, char **argv)
            "\"ticker_late_max_ms\": %s%.2f, \"plain_ticker_late_max_ms\": %s%.2f, "
            "\"errors\": %d}\n",
            argv[1], CLIENTS, atomic_load(&ops) / wall, green ? "" : "-",
-           green ? atomic_load(&late_max) / 1e6 : 1.0, green ? "" : "-",
-           green ? atomic_load(&plain_late_max) / 1e6 : 1.0, atomic_load(&errors));
+           green ? atomic_load(&green_tick.late_max) / 1e6 : 1.0, green ? "" : "-",
+           green ? atomic_load(&plain_tick.late_max) / 1e6 : 1.0, atomic_load(&errors));
     if (fern_cluster_default())
         fern_shutdown();
     return atomic_load(&errors) != 0;

@@ -11,6 +11,7 @@
  * machine's alone (no fern on its path), the floor the green ticker's
  * figure is judged against on a shared machine. */
 #include <fern/fern.h>
+#include "hook_ticker.h"
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
@@ -25,34 +26,7 @@
 #define KINDS 6
 static int pipes[N][2];
 static atomic_int errors, stop;
-static atomic_llong late_max, plain_late_max;
-
-static void *ticker(void *arg)
-{
-    (void)arg;
-    while (!atomic_load(&stop)) {
-        int64_t due = fern_now_ns() + 1000000;
-        fern_sleep_until(due);
-        long long l = fern_now_ns() - due;
-        if (l > atomic_load(&late_max))
-            atomic_store(&late_max, l);
-    }
-    return NULL;
-}
-
-static void *plain_ticker(void *arg)
-{
-    (void)arg;
-    while (!atomic_load(&stop)) {
-        int64_t due = fern_now_ns() + 1000000;
-        struct timespec ts = {due / 1000000000, due % 1000000000};
-        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
-        long long l = fern_now_ns() - due;
-        if (l > atomic_load(&plain_late_max))
-            atomic_store(&plain_late_max, l);
-    }
-    return NULL;
-}
+static struct hook_ticker green_tick = {.stop = &stop}, plain_tick = {.stop = &stop};
 
 static int only = -1; /* argv[1]: run only this kind (diagnosis) */
 
@@ -122,14 +96,14 @@ int main(int argc, char **argv)
         if ((only >= 0 ? only : i % KINDS) == 4 && pipe(pipes[i]))
             return 1;
     fern_thread *tick, *t[N];
-    fern_spawn(&tick, NULL, ticker, NULL);
+    fern_spawn(&tick, NULL, hook_ticker_green, &green_tick);
     pthread_t w, pt;
-    if (pthread_create(&pt, NULL, plain_ticker, NULL))
+    if (pthread_create(&pt, NULL, hook_ticker_plain, &plain_tick))
         return 1;
     usleep(20000);
     /* Both tickers count from here: the start-up above is not measured. */
-    atomic_store(&late_max, 0);
-    atomic_store(&plain_late_max, 0);
+    atomic_store(&green_tick.late_max, 0);
+    atomic_store(&plain_tick.late_max, 0);
     int64_t t0 = fern_now_ns();
     pthread_create(&w, NULL, plain_writer, NULL);
     for (long i = 0; i < N; i++)
@@ -144,7 +118,7 @@ int main(int argc, char **argv)
     pthread_join(pt, NULL);
     printf("{\"bench\": \"hook-sleep\", \"threads\": %d, \"workers\": 1, \"wall_s\": %.3f, "
            "\"ticker_late_max_ms\": %.2f, \"plain_ticker_late_max_ms\": %.2f, \"errors\": %d}\n",
-           N, wall, atomic_load(&late_max) / 1e6, atomic_load(&plain_late_max) / 1e6,
+           N, wall, atomic_load(&green_tick.late_max) / 1e6, atomic_load(&plain_tick.late_max) / 1e6,
            atomic_load(&errors));
     fern_shutdown();
     return atomic_load(&errors) != 0;
