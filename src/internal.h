@@ -501,6 +501,8 @@ struct worker {
     uint32_t preempt_nudged;    /* the monitor sent a tick (preempt_nudge) */
     uint64_t defer_sw;          /* n_switches of the handler's last deferral */
     uint32_t defer_n;           /* deferrals in a row at that switch count */
+    int64_t defer_cpu0;         /* CPU time of the first of them */
+    int64_t defer_cpu;          /* CPU time of the last of them */
     uint32_t preempt_soft;      /* ThreadSanitizer: yield at the next preempt_point */
     /* threads preempted here, resumed here (not stealable); rescue_worker
      * moves them only when the worker is stuck (see monitor.c) */

@@ -23,7 +23,8 @@
  *     delay it;
  *   - after two slices it counts the worker as stuck if it sleeps in the
  *     kernel, or (preemption on) its handler found the thread at an unsafe
- *     point at two ticks in a row with work waiting, or has run two slices
+ *     point at every look for a slice of CPU (preempt_blocked) with work
+ *     waiting, or has run two slices
  *     of CPU in that thread and one more since work began to wait, or (preemption off) has used
  *     two slices of CPU (code preemption may not interrupt; see
  *     worker_stuck): what waits on it (ring, hand-off slot; pinned threads
@@ -96,13 +97,13 @@ static bool worker_stuck(struct worker *w, uint64_t sw)
     int tid = LOAD_RELAXED(&w->tid);
     if (task_sleeping(tid))
         return true;
-    /* Its handler tried twice and found an unsafe point (a loop inside
-     * libc): no need to wait for CPU-time proof. */
+    /* Its handler found an unsafe point at every look for a slice of CPU
+     * (a loop inside libc): no need to wait for CPU-time proof. */
     if (M.preempt && preempt_blocked(w, sw))
         return true;
     int64_t cpu = thread_cpu_ns(tid);
     if (!cpu)
-        return true;
+        return false; /* its clock is unreadable: no proof */
     /* With preemption on: work has waited while the worker ran another
      * slice of CPU, and the thread has run two slices of CPU (mon_cpu is
      * read at most a tick after its switch), each at least 10 ms. Its own
@@ -139,6 +140,14 @@ static bool watch_cluster(struct fern_cluster *c, int64_t now)
             continue;
         }
         busy = true;
+        if (!LOAD_RELAXED(&w->tid)) {
+            /* Launched, its kernel thread not yet running (on a loaded
+             * machine that can take a while): it looks at the inbox first
+             * thing, so it counts as free, never as stuck. */
+            nfree++;
+            STORE_RELAXED(&w->mon_since, 0);
+            continue;
+        }
         uint64_t sw = LOAD_RELAXED(&w->n_switches);
         if (sw != w->mon_switches || !w->mon_since) {
             /* mon_cpu before mon_switches (release): the handler takes

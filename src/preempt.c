@@ -318,8 +318,10 @@ __attribute__((no_sanitize("address"))) static void preempt_tick(struct worker *
             COUNT(&w->n_preempts_deferred, 1);
             if (LOAD_RELAXED(&w->defer_sw) != sw) {
                 STORE_RELAXED(&w->defer_n, 0);
+                STORE_RELAXED(&w->defer_cpu0, cpu);
                 STORE_RELAXED(&w->defer_sw, sw);
             }
+            STORE_RELAXED(&w->defer_cpu, cpu);
             STORE_RELAXED(&w->defer_n, w->defer_n + 1);
         }
         return;
@@ -428,9 +430,20 @@ void preempt_worker_stop(struct worker *w)
 
 /* ---- the monitor's side ---- */
 
+/* The handler has found the thread at an unsafe point at every look, at
+ * least BLOCKED_LOOKS times over at least a slice of the worker's CPU time,
+ * with work waiting: it runs where preemption cannot reach (a loop inside
+ * libc). One look is not proof, nor are a few: signals tend to arrive at
+ * the same instructions (on a virtual machine, right after an exit to the
+ * hypervisor, such as the vDSO's clock read), so a loop that calls
+ * clock_gettime between short stretches of arithmetic may be found inside
+ * the vDSO several times in a row and still be preempted at the next look.
+ * Monitor thread; the fields are hints written by the handler. */
+#define BLOCKED_LOOKS 8
 bool preempt_blocked(struct worker *w, uint64_t switches)
 {
-    return LOAD_RELAXED(&w->defer_sw) == switches && LOAD_RELAXED(&w->defer_n) >= 2;
+    return LOAD_RELAXED(&w->defer_sw) == switches && LOAD_RELAXED(&w->defer_n) >= BLOCKED_LOOKS &&
+           LOAD_RELAXED(&w->defer_cpu) - LOAD_RELAXED(&w->defer_cpu0) >= P.slice_ns;
 }
 
 int64_t preempt_slice_start(struct worker *w, uint64_t switches)

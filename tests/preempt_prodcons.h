@@ -20,11 +20,15 @@ struct OneSlot {
     long item = 0;
 };
 
+// Arithmetic for ns of wall time, reading the clock every ~1000 steps: a
+// spinner that reads it much more often is found inside the vDSO at many of
+// its ticks (an unsafe point: preempt.c), which is not what these tests are
+// about.
 __attribute__((noinline)) inline uint64_t burn_ns(int64_t ns) {
     uint64_t x = 1;
     int64_t end = fern_now_ns() + ns;
     while (fern_now_ns() < end)
-        for (int i = 0; i < 200; i++) x = x * 6364136223846793005ull + 1442695040888963407ull;
+        for (int i = 0; i < 1000; i++) x = x * 6364136223846793005ull + 1442695040888963407ull;
     return x;
 }
 

@@ -20,7 +20,8 @@
 #     the reason given: no clang for the fuzz step), else passed.
 # A step that exits non-zero with no failure counted is one more failure, so
 # a crash after a good summary still fails. Skipped steps and failed tests
-# are named just above the final line.
+# are named just above the final line, after the output of the failed
+# ctest tests (at most 40 lines each).
 set -u
 logdir=${1:?usage: $0 LOGDIR STEP...}
 shift
@@ -28,6 +29,8 @@ mkdir -p "$logdir"
 cmd_template=${STEP_CMD:-"${MAKE:-make} --no-print-directory test-{}"}
 total_pass=0 total_fail=0 total_skip=0
 notes=""
+details=$(mktemp) || exit 1
+trap 'rm -f "$details"' EXIT
 
 note() { notes="$notes$1
 "; }
@@ -84,15 +87,20 @@ for step in "$@"; do
     fi
     printf '%-10s %5d passed, %d failed, %d skipped  %4ds\n' "$step" "$p" "$f" "$s" "$secs"
     if [ "$f" -gt 0 ]; then
-        echo "---- last 40 lines of $log"
-        tail -n 40 "$log"
-        echo "----"
+        # ctest prints a failed test's output right after its result line
+        # (--output-on-failure): kept for the end of the output, so a CI log
+        # that shows only its last lines still says why.
+        awk -v step="$step" '
+             /^ *[0-9]+\/[0-9]+ Test +#[0-9]+: .*\*\*\*/ { on = 1; n = 0; print "---- " step ": " $0; next }
+             /^ *[0-9]+\/[0-9]+ Test +#/ || /^ *Start +[0-9]+: / || / tests failed out of / { on = 0 }
+             on && n < 40 && !/^ *$/ && !/^\[ *(RUN|OK) / && !/^\[(==|--)/ && !/^Running main/ { print; n++ }' "$log" >>"$details"
     fi
     total_pass=$((total_pass + p))
     total_fail=$((total_fail + f))
     total_skip=$((total_skip + s))
 done
 
+tail -n 120 "$details"
 printf '%s' "$notes"
 if [ $total_skip -gt 0 ]; then
     echo "$total_pass passed, $total_fail failed, $total_skip skipped"
