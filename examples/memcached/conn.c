@@ -165,7 +165,7 @@ void mc_serve(int fd)
         free(c.out);
         return;
     }
-    if (mc_verbose > 1)
+    if (__atomic_load_n(&mc_verbose, __ATOMIC_RELAXED) > 1)
         fprintf(stderr, "<%d new client connection\n", fd);
     bool first = true;
     for (;;) {
@@ -183,7 +183,7 @@ void mc_serve(int fd)
             break;
     }
     mc_out_flush(&c);
-    if (mc_verbose > 1)
+    if (__atomic_load_n(&mc_verbose, __ATOMIC_RELAXED) > 1)
         fprintf(stderr, "<%d connection closed\n", fd);
     free(c.in);
     free(c.out);

@@ -88,7 +88,7 @@ static void *conn_main(void *arg)
 static void complain(const char *what, int err, int64_t *last)
 {
     int64_t now = fern_now_ns();
-    if (mc_verbose && now - *last >= 1000000000LL) {
+    if (__atomic_load_n(&mc_verbose, __ATOMIC_RELAXED) && now - *last >= 1000000000LL) {
         fprintf(stderr, "fern-memcached: %s: %s (backing off)\n", what, strerror(err));
         *last = now;
     }
@@ -181,7 +181,7 @@ static void *server_main(void *arg)
     struct signalfd_siginfo si;
     while (fern_read(sfd, &si, sizeof si) < 0 && errno == EINTR)
         ;
-    if (mc_verbose)
+    if (__atomic_load_n(&mc_verbose, __ATOMIC_RELAXED))
         fprintf(stderr, "fern-memcached: signal %u, stopping\n", si.ssi_signo);
 
     fern_mutex_lock(&srv.lock);

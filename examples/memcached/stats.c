@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 struct mc_conn_counters mc_conn_stats;
-int mc_verbose;
+int mc_verbose; /* relaxed atomics: the verbosity command sets it while connections run */
 unsigned mc_maxconns, mc_workers;
 
 static uint32_t started; /* unix seconds */
