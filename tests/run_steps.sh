@@ -93,7 +93,7 @@ for step in "$@"; do
         awk -v step="$step" '
              /^ *[0-9]+\/[0-9]+ Test +#[0-9]+: .*\*\*\*/ { on = 1; n = 0; print "---- " step ": " $0; next }
              /^ *[0-9]+\/[0-9]+ Test +#/ || /^ *Start +[0-9]+: / || / tests failed out of / { on = 0 }
-             on && n < 40 && !/^ *$/ && !/^\[ *(RUN|OK) / && !/^\[(==|--)/ && !/^Running main/ { print; n++ }' "$log" >>"$details"
+             on && n < 40 && !/^ *$/ && !/^\[ *(RUN|OK) / && !/^\[(==|--)/ && !/^Running main/ && !/^ok / { print; n++ }' "$log" >>"$details"
     fi
     total_pass=$((total_pass + p))
     total_fail=$((total_fail + f))
