@@ -231,6 +231,13 @@ TEST(Monitor, StartingWorkersAreNotStuck) {
     // stuck (nothing can stop them) and spares are right.
     if (!kAsyncPreempt) GTEST_SKIP() << kNoPreemptMsg;
     if (kTsan) GTEST_SKIP() << "ThreadSanitizer: cooperative preemption only";
+#ifdef FERN_TEST_EMULATED
+    // Under qemu-user a clock read costs far more than the arithmetic
+    // around it, so the spinners are found outside application code at most
+    // looks and may rightly be judged stuck (a spare started in one of
+    // thirty runs there).
+    GTEST_SKIP() << "qemu-user: the spinners spend most of their time in the clock read";
+#endif
     if (runtime_running()) {
         ASSERT_EQ(0, fern_shutdown());
     }
