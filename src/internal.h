@@ -385,6 +385,10 @@ struct fern_thread {
     uint8_t alloc;              /* A_FREE / A_LIVE */
     uint8_t run_state;          /* enum tstate, relaxed, for fern_dump */
     uint8_t stack_cls;
+    uint8_t rescued;            /* taken from a worker asleep in the kernel: not
+                                 * preempted until it next leaves the CPU
+                                 * (rescue_worker, preempt.c) */
+    uint64_t rescued_sw;        /* the worker's n_switches while it so runs */
     const char *wait_what;      /* what it is parked on, for fern_dump */
     const void *wait_obj;
     uint8_t wait_timed;         /* the park has a deadline (deadlock.c) */

@@ -297,6 +297,15 @@ __attribute__((no_sanitize("address"))) static void preempt_tick(struct worker *
         w->slice_next = 0;
         t->slice_carry = 0;
     }
+    if (unlikely(t->rescued)) {
+        /* Rescued from a worker asleep in the kernel (rescue_worker): not
+         * preempted during the run in which this tick first sees it. */
+        if (t->rescued_sw == UINT64_MAX)
+            t->rescued_sw = sw;
+        if (t->rescued_sw == sw)
+            return;
+        t->rescued = 0;
+    }
     int64_t used = cpu - w->slice_start;
     bool expired = used >= P.slice_ns;
     bool inbox = tqueue_len(&w->cluster->inbox) != 0;

@@ -195,6 +195,18 @@ static void tqueue_push_list(struct tqueue *q, fern_thread *head, fern_thread *t
     spin_unlock(&q->lock);
 }
 
+/* Put the list head..tail of n threads at the front of q. */
+static void tqueue_push_list_front(struct tqueue *q, fern_thread *head, fern_thread *tail, uint32_t n)
+{
+    spin_lock(&q->lock);
+    tail->link = q->head;
+    if (!q->head)
+        q->tail = tail;
+    q->head = head;
+    STORE_RELAXED(&q->n, q->n + n);
+    spin_unlock(&q->lock);
+}
+
 static void tqueue_push(struct tqueue *q, fern_thread *t)
 {
     STORE_RELAXED(&t->run_state, T_RUNNABLE);
@@ -1220,7 +1232,26 @@ unsigned rescue_worker(struct worker *v, bool pinned_too)
         pinned = tqueue_take(&v->pinned, &pinned_tail, &npinned);
     if (n + npinned == 0)
         return 0;
-    fern_thread *head = pinned, *tail = pinned_tail;
+    /* Its preempted threads go to the front of the inbox: v sleeps in the
+     * kernel, quite possibly on a pthread mutex (or another kernel-side
+     * lock) that one of them holds, and every thread that ran before it
+     * could block there too. Behind a long inbox, the spares (at most
+     * SPARES_MAX) could all block on that lock before the holder's turn:
+     * a hang seen under qemu-user with 100 threads sharing a std::mutex.
+     * The rest, queued but not yet run, go to the back as usual. */
+    if (pinned) {
+        /* ...and each runs, where it lands, until it leaves the CPU by
+         * itself: preempted again for the next woken thread, a holder
+         * would hand its new worker to a thread that blocks on its lock,
+         * and so on through every spare. (A true spinner so rescued is
+         * stopped by compensation instead: monitor.c.) */
+        for (fern_thread *x = pinned; x; x = x->link) {
+            x->rescued_sw = UINT64_MAX;
+            x->rescued = 1;
+        }
+        tqueue_push_list_front(&v->cluster->inbox, pinned, pinned_tail, npinned);
+    }
+    fern_thread *head = NULL, *tail = NULL;
     for (unsigned i = 0; i < n; i++) {
         batch[i]->link = NULL;
         if (tail)
@@ -1229,7 +1260,8 @@ unsigned rescue_worker(struct worker *v, bool pinned_too)
             head = batch[i];
         tail = batch[i];
     }
-    tqueue_push_list(&v->cluster->inbox, head, tail, n + npinned);
+    if (n)
+        tqueue_push_list(&v->cluster->inbox, head, tail, n);
     cluster_wake(v->cluster);
     return n + npinned;
 }

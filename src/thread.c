@@ -307,6 +307,7 @@ int fern_spawn(fern_thread **out, const fern_attr *attr, fern_fn fn, void *arg)
     t->life = detached ? L_DETACHED : 0;
     STORE_RELAXED(&t->run_state, T_NEW);
     STORE_RELAXED(&t->stack_cls, (uint8_t)cls);
+    t->rescued = 0;
     STORE_RELAXED(&t->wait_what, NULL);
     t->joiner = NULL;
     t->keys = NULL;

@@ -276,3 +276,46 @@ TEST(Monitor, StartingWorkersAreNotStuck) {
     for (auto &h : hogs) h.join();
     EXPECT_EQ(0u, spares) << "spares started for workers that were only starting";
 }
+
+// A green thread preempted while it holds a pthread mutex, on a worker that
+// then blocks in the kernel on that mutex (the next thread it ran wants it
+// too), with many more such threads queued in the inbox: the rescue puts
+// the preempted holder at the front of the inbox, so the first spare runs it
+// and the lock is released. Behind the queue, every spare (at most 4) would
+// take a thread that blocks on the mutex too, and nothing would ever run
+// the holder (a hang first seen under qemu-user in test_blocking).
+TEST(Monitor, PreemptedPthreadMutexHolderIsRescuedFirst) {
+    if (runtime_running()) {
+        ASSERT_EQ(0, fern_shutdown());
+    }
+    fern_config cfg{1, 0, 0};
+    ASSERT_EQ(0, fern_init(&cfg));
+    Watchdog wd(60, "PreemptedPthreadMutexHolderIsRescuedFirst");
+    std::mutex mu; // a kernel-side lock, invisible to fern
+    std::atomic<bool> locked{false};
+    std::atomic<int> done{0};
+    fern_thread *holder;
+    ASSERT_EQ(0, spawn(&holder, nullptr, [&] {
+                  std::lock_guard<std::mutex> g(mu);
+                  locked = true;
+                  uint64_t x = 1;
+                  int64_t end = fern_now_ns() + ms(100); // several slices, in application code
+                  while (fern_now_ns() < end)
+                      for (int k = 0; k < 1000; k++) x = x * 6364136223846793005ull + 1;
+                  return (void *)(uintptr_t)x;
+              }));
+    while (!locked.load()) std::this_thread::yield();
+    std::vector<fern_thread *> ts;
+    for (int i = 0; i < 20; i++) { // from a plain thread: into the inbox
+        fern_thread *t;
+        ASSERT_EQ(0, spawn(&t, nullptr, [&] {
+                      std::lock_guard<std::mutex> g(mu);
+                      done++;
+                  }));
+        ts.push_back(t);
+    }
+    ASSERT_EQ(0, fern_join(holder, nullptr));
+    for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
+    EXPECT_EQ(20, done.load());
+    ASSERT_EQ(0, fern_shutdown());
+}
