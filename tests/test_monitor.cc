@@ -221,62 +221,6 @@ TEST(Monitor, DumpShowsRunningTime) {
     ASSERT_EQ(0, fern_shutdown());
 }
 
-// A worker whose kernel thread has not started yet (slow to be scheduled on
-// a busy machine) is not stuck: no spare is started for it. Runs the
-// runtime up beside plain spinners that keep every CPU busy, with green
-// spinners and short threads queued at once, thirty times (before the fix, about one
-// run in thirty started a spare).
-TEST(Monitor, StartingWorkersAreNotStuck) {
-    // Without asynchronous preemption the green spinners below are truly
-    // stuck (nothing can stop them) and spares are right.
-    if (!kAsyncPreempt) GTEST_SKIP() << kNoPreemptMsg;
-    if (kTsan) GTEST_SKIP() << "ThreadSanitizer: cooperative preemption only";
-#ifdef FERN_TEST_EMULATED
-    // Under qemu-user a clock read costs far more than the arithmetic
-    // around it, so the spinners are found outside application code at most
-    // looks and may rightly be judged stuck (a spare started in one of
-    // thirty runs there).
-    GTEST_SKIP() << "qemu-user: the spinners spend most of their time in the clock read";
-#endif
-    if (runtime_running()) {
-        ASSERT_EQ(0, fern_shutdown());
-    }
-    Watchdog wd(120);
-    std::atomic<bool> hog_stop{false};
-    std::vector<std::thread> hogs;
-    for (int i = 0; i < 4; i++)
-        hogs.emplace_back([&] {
-            uint64_t x = 1;
-            while (!hog_stop.load(std::memory_order_relaxed)) x = x * 6364136223846793005ull + 1;
-            return x;
-        });
-    uint64_t spares = 0;
-    for (int run = 0; run < 30; run++) {
-        fern_config cfg{4, 0, FERN_PREEMPT_MIN_US};
-        ASSERT_EQ(0, fern_init(&cfg));
-        std::vector<fern_thread *> ts;
-        for (int i = 0; i < 12; i++) {
-            fern_thread *t;
-            ASSERT_EQ(0, spawn(&t, nullptr, [i] {
-                          uint64_t x = 1;
-                          int64_t end = fern_now_ns() + (i < 4 ? ms(20) : ms(1));
-                          while (fern_now_ns() < end)
-                              for (int k = 0; k < 1000; k++) x = x * 6364136223846793005ull + 1;
-                          return (void *)(uintptr_t)x;
-                      }));
-            ts.push_back(t);
-        }
-        for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
-        struct fern_stats s;
-        ASSERT_EQ(0, fern_stats(&s));
-        spares += s.spares_started;
-        ASSERT_EQ(0, fern_shutdown());
-    }
-    hog_stop = true;
-    for (auto &h : hogs) h.join();
-    EXPECT_EQ(0u, spares) << "spares started for workers that were only starting";
-}
-
 // A green thread preempted while it holds a pthread mutex, on a worker that
 // then blocks in the kernel on that mutex (the next thread it ran wants it
 // too), with many more such threads queued in the inbox: the rescue puts
