@@ -225,6 +225,9 @@ static inline bool waiter_claim(struct waiter *wt)
 void waiter_release(struct waiter *wt, int result);
 /* claim + release(0). */
 bool waiter_wake(struct waiter *wt);
+/* waiter_wake, but a green thread goes behind the threads already queued on
+ * the waking worker, not into its hand-off slot (sched_ready_tail). */
+bool waiter_wake_tail(struct waiter *wt);
 
 static inline void waitq_push(fern_waitq *q, struct waiter *wt)
 {
@@ -368,6 +371,10 @@ enum tlife {             /* lifecycle flags, under tlock */
 };
 enum { A_FREE = 0, A_LIVE = 1 };
 
+/* 192 bytes in a release build, on a 64-byte boundary: three cache lines of
+ * its own (a descriptor spawned on one worker often runs and exits on
+ * another; two descriptors sharing a line made every such thread pull its
+ * neighbour's line across cores too). */
 struct fern_thread {
     void *sp;                   /* saved stack pointer (NULL: not started) */
     struct stack *stack;
@@ -377,10 +384,10 @@ struct fern_thread {
     struct fern_cluster *cluster;
     fern_thread *link;          /* inbox / free list link */
     int saved_errno;
+    uint32_t tlock;
     int64_t slice_carry;        /* preempt.c: CPU time of its slice it had used
                                  * when a woken thread preempted it (its slice
                                  * goes on when it resumes), 0 otherwise */
-    uint32_t tlock;
     uint32_t life;
     uint8_t alloc;              /* A_FREE / A_LIVE */
     uint8_t run_state;          /* enum tstate, relaxed, for fern_dump */
@@ -391,13 +398,13 @@ struct fern_thread {
     uint64_t rescued_sw;        /* the worker's n_switches while it so runs */
     const char *wait_what;      /* what it is parked on, for fern_dump */
     const void *wait_obj;
-    uint8_t wait_timed;         /* the park has a deadline (deadlock.c) */
     struct waiter *joiner;
     struct keyval *keys;
     struct rdheld *rdheld;      /* read locks held (fern_rwlock), lazily allocated */
     uint64_t id;
     uintptr_t eh[2];            /* the C++ runtime's caught-exception state */
     char name[32];
+    uint8_t wait_timed;         /* the park has a deadline (deadlock.c) */
 #ifdef FERN_ASAN
     void *asan_fake;
 #endif
@@ -406,7 +413,7 @@ struct fern_thread {
     void *tsan_other;           /* fern-hook's second fiber (thread.c), or NULL */
     uint32_t tsan_hook_depth;
 #endif
-};
+} __attribute__((aligned(64)));
 
 /* Descriptors are allocated in chunks that live until shutdown; the list
  * of chunks (rt.chunks) is the registry of all threads (see debugmap.c). */
@@ -417,7 +424,7 @@ struct thread_chunk {
 };
 
 /* ---- scheduler (sched.c) ---- */
-#define RUNQ_SIZE 256u
+#define RUNQ_SIZE 4096u
 #define NEXT_STREAK_MAX 32u
 
 typedef void (*after_fn)(struct worker *w, fern_thread *prev, void *arg);
@@ -584,6 +591,9 @@ int64_t cluster_live(struct fern_cluster *c);
 int sched_boot(const fern_config *cfg);
 void sched_park(after_fn fn, void *arg);
 void sched_ready(fern_thread *t);
+/* sched_ready, but behind the threads already queued here: for a party
+ * that has no reason to run before them (a joiner woken by an exit). */
+void sched_ready_tail(fern_thread *t);
 void sched_yield_green(struct worker *w);
 /* Queue t on w's pinned list (owner only): it resumes on w; first if
  * `front` (its slice is not over). */

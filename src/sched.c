@@ -262,9 +262,6 @@ void inbox_push(struct fern_cluster *c, fern_thread *t) { tqueue_push(&c->inbox,
 static void runq_spill(struct worker *w, fern_thread *t, uint32_t head)
 {
     uint32_t n = RUNQ_SIZE / 2;
-    fern_thread *batch[RUNQ_SIZE / 2 + 1];
-    for (uint32_t i = 0; i < n; i++)
-        batch[i] = LOAD_RELAXED(&w->rq[(head + i) % RUNQ_SIZE]);
     if (!CAS(&w->rq_head, &head, head + n)) {
         /* A thief took some meanwhile: the ring has room now. */
         uint32_t tail = w->rq_tail;
@@ -272,11 +269,18 @@ static void runq_spill(struct worker *w, fern_thread *t, uint32_t head)
         STORE(&w->rq_tail, tail + 1);
         return;
     }
-    batch[n] = t;
-    for (uint32_t i = 0; i < n; i++)
-        batch[i]->link = batch[i + 1];
+    /* The n slots behind the old head are ours now: thieves read only
+     * between head and tail, and the owner reuses a slot only through its
+     * own tail, which is still n slots short of them. Link them in order. */
+    fern_thread *first = LOAD_RELAXED(&w->rq[head % RUNQ_SIZE]), *prev = first;
+    for (uint32_t i = 1; i < n; i++) {
+        fern_thread *x = LOAD_RELAXED(&w->rq[(head + i) % RUNQ_SIZE]);
+        prev->link = x;
+        prev = x;
+    }
+    prev->link = t;
     t->link = NULL;
-    tqueue_push_list(&w->cluster->inbox, batch[0], t, n + 1);
+    tqueue_push_list(&w->cluster->inbox, first, t, n + 1);
     cluster_wake(w->cluster);
 }
 
@@ -851,6 +855,23 @@ void sched_ready(fern_thread *t)
         return;
     }
     inbox_push_wake(t->cluster, t);
+}
+
+/* t is runnable again, after the threads already queued here (not in the
+ * hand-off slot): for a joiner woken by an exit, which would otherwise run
+ * next only to wait for the following thread. */
+void sched_ready_tail(fern_thread *t)
+{
+    struct worker *w = worker_self();
+    PROBE1(wake, t->id);
+    struct fern_cluster *c = t->cluster;
+    if (w && w->cluster == c) {
+        runq_put(w, t);
+        if (!w->alone && LOAD_RELAXED(&c->nidle))
+            cluster_wake(c);
+        return;
+    }
+    inbox_push_wake(c, t);
 }
 
 /* A new thread: onto this worker's ring if it belongs here (and wake an idle

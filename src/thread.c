@@ -40,7 +40,7 @@
 #include <sanitizer/tsan_interface.h>
 #endif
 
-#define THREAD_CACHE_MAX 256u
+#define THREAD_CACHE_MAX 4096u
 
 struct keyval {
     uint32_t gen;
@@ -65,7 +65,10 @@ fern_thread *thread_alloc(struct worker *w)
     }
     spin_lock(&rt.chunk_lock);
     if (!rt.free_threads) {
-        struct thread_chunk *c = calloc(1, sizeof *c);
+        /* Aligned as its descriptors are (see struct fern_thread). */
+        struct thread_chunk *c = aligned_alloc(_Alignof(struct thread_chunk), sizeof *c);
+        if (c)
+            memset(c, 0, sizeof *c);
         if (!c) {
             spin_unlock(&rt.chunk_lock);
             return NULL;
@@ -362,7 +365,7 @@ static void after_exit(struct worker *w, fern_thread *prev, void *arg)
     if (detached)
         thread_free(w, prev);
     else if (j)
-        waiter_wake(j);
+        waiter_wake_tail(j);
 }
 
 static void thread_finish(fern_thread *self, void *ret) __attribute__((noreturn));

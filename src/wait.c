@@ -205,23 +205,35 @@ int waiter_wait(struct waiter *wt, uint32_t *lock, int64_t deadline)
     return park(wt->p, lock ? unlock_spin : NULL, lock, deadline);
 }
 
-void waiter_release(struct waiter *wt, int result)
+static inline __attribute__((always_inline)) void release(struct waiter *wt, int result, bool tail)
 {
     struct parker *p = wt->p;
     fern_thread *t = p->thread;
     p->result = result;
     STORE(&p->state, W_WOKEN);
-    if (t)
-        sched_ready(t);
-    else
+    if (!t)
         futex_wake(&p->state, 1); /* p may be gone already: futex_wake on a stale address is harmless */
+    else if (tail)
+        sched_ready_tail(t);
+    else
+        sched_ready(t);
 }
+
+void waiter_release(struct waiter *wt, int result) { release(wt, result, false); }
 
 bool waiter_wake(struct waiter *wt)
 {
     if (!waiter_claim(wt))
         return false;
-    waiter_release(wt, 0);
+    release(wt, 0, false);
+    return true;
+}
+
+bool waiter_wake_tail(struct waiter *wt)
+{
+    if (!waiter_claim(wt))
+        return false;
+    release(wt, 0, true);
     return true;
 }
 
