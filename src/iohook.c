@@ -62,11 +62,19 @@ struct park_many {
     int n;
 };
 
+/* The after-switch action of fern__io_park. *pm lives in the parked
+ * thread's frame: read it before the first unlock. Once lock i is released
+ * a waker can wake the thread, which then takes every entry lock in turn to
+ * unlink its waiters, so it waits at the first lock still held here and
+ * pe[] stays valid up to the last unlock; after that nothing of the frame
+ * may be read (the thread may have returned and reused it). */
 static void unlock_many(void *arg)
 {
     const struct park_many *pm = arg;
-    for (int i = 0; i < pm->n; i++)
-        spin_unlock(&fdent_get(pm->pe[i].fd)->lock);
+    const struct fern__pollent *pe = pm->pe;
+    int n = pm->n;
+    for (int i = 0; i < n; i++)
+        spin_unlock(&fdent_get(pe[i].fd)->lock);
 }
 
 int fern__io_park(const struct fern__pollent *pe, int n, int64_t deadline)
