@@ -420,6 +420,7 @@ struct fern_thread {
 #define THREAD_CHUNK 256u
 struct thread_chunk {
     struct thread_chunk *next;
+    void *mem;                  /* what calloc returned (the chunk is aligned in it) */
     fern_thread t[THREAD_CHUNK];
 };
 
@@ -547,7 +548,7 @@ struct runtime {
     uint32_t running;
     struct fern_cluster *dflt;
     struct fern_cluster *clusters;   /* list, under boot_lock */
-    size_t default_stack;
+    int default_cls;            /* stack class of the default stack size */
     const char *started_by;     /* the call that started it implicitly, or NULL */
     uint64_t next_id;
     uint64_t spawned_ext;       /* spawned from plain threads / other clusters */

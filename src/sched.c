@@ -1403,7 +1403,7 @@ static int runtime_init(const fern_config *cfg, const char *implicit_by)
         r = crash_start();
     if (r == 0)
         r = io_init();
-    rt.default_stack = c.stack_size;
+    rt.default_cls = stack_class(c.stack_size, NULL);
     pthread_mutex_unlock(&rt.boot_lock);
     if (r) {
         crash_stop();

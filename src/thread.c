@@ -65,14 +65,16 @@ fern_thread *thread_alloc(struct worker *w)
     }
     spin_lock(&rt.chunk_lock);
     if (!rt.free_threads) {
-        /* Aligned as its descriptors are (see struct fern_thread). */
-        struct thread_chunk *c = aligned_alloc(_Alignof(struct thread_chunk), sizeof *c);
-        if (c)
-            memset(c, 0, sizeof *c);
-        if (!c) {
+        /* Aligned as its descriptors are (see struct fern_thread); calloc
+         * so that fresh memory is not cleared twice. */
+        size_t align = _Alignof(struct thread_chunk);
+        void *mem = calloc(1, sizeof(struct thread_chunk) + align - 1);
+        struct thread_chunk *c = (void *)(((uintptr_t)mem + align - 1) & ~(uintptr_t)(align - 1));
+        if (!mem) {
             spin_unlock(&rt.chunk_lock);
             return NULL;
         }
+        c->mem = mem;
         c->next = rt.chunks;
         rt.chunks = c;
         for (unsigned i = THREAD_CHUNK; i-- > 0;) {
@@ -140,8 +142,10 @@ void thread_free(struct worker *w, fern_thread *t)
         free(t->keys);
         t->keys = NULL;
     }
-    free(t->rdheld);
-    t->rdheld = NULL;
+    if (t->rdheld) {
+        free(t->rdheld);
+        t->rdheld = NULL;
+    }
 #ifdef FERN_TSAN
     tsan_fiber_drop(t);
 #endif
@@ -167,6 +171,7 @@ void threads_fini(uint64_t *abandoned)
     spin_unlock(&rt.chunk_lock);
     while (c) {
         struct thread_chunk *n = c->next;
+        void *mem = c->mem;
         for (unsigned i = 0; i < THREAD_CHUNK; i++) {
             fern_thread *t = &c->t[i];
             if (t->alloc == A_LIVE) {
@@ -178,7 +183,7 @@ void threads_fini(uint64_t *abandoned)
 #endif
             }
         }
-        free(c);
+        free(mem);
         c = n;
     }
 }
@@ -274,9 +279,8 @@ int fern_spawn(fern_thread **out, const fern_attr *attr, fern_fn fn, void *arg)
         if (r)
             return r;
     }
-    size_t ss = attr && attr->stack_size ? attr->stack_size : rt.default_stack;
-    int cls = stack_class(ss, NULL);
-    if (cls < 0)
+    int cls = rt.default_cls;
+    if (attr && attr->stack_size && (cls = stack_class(attr->stack_size, NULL)) < 0)
         return EINVAL;
     struct worker *w = worker_self();
     struct fern_cluster *c = attr ? attr->cluster : NULL;
@@ -383,7 +387,7 @@ void thread_entry(void *from, fern_thread *self)
     __sanitizer_finish_switch_fiber(NULL, NULL, NULL);
 #endif
     sched_after_switch();
-    errno = 0;
+    *worker_self()->errno_loc = 0; /* errno, without a call to find it */
     thread_finish(self, self->fn(self->arg));
 }
 
