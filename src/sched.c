@@ -9,8 +9,13 @@
  *                 most, then the local queue gets its turn. Taken by
  *                 exchange; a spinning idle worker steals it (CAS) only when
  *                 its worker has not switched for NEXT_STUCK_NS, i.e. is
- *                 busy with a long-running thread.
- *   - w->rq       the local ring. The owner pushes at the tail (plain store +
+ *                 busy with a long-running thread. Not for a joiner woken
+ *                 by the exit of the thread it joins (sched_ready_tail): in
+ *                 a fork-join it would run next only to find the following
+ *                 child not yet run and park again, once per child; it
+ *                 goes to the ring's tail, behind the children.
+ *   - w->rq       the local ring (RUNQ_SIZE: a burst of a few thousand
+ *                 spawns stays local and in order). The owner pushes at the tail (plain store +
  *                 release); the owner pops and thieves steal half from the
  *                 head with a CAS. Overflow spills half to the cluster inbox.
  *                 A one-worker cluster's owner pops with plain stores, and
