@@ -186,13 +186,8 @@ static bool watch_cluster(struct fern_cluster *c, int64_t now)
         }
         nlong += ran >= M.slice_ns;
         /* Wall time first (cheap), then CPU time (worker_stuck): a worker
-         * that merely waited for a CPU is not stuck. Only while work waits
-         * on it or in the inbox: otherwise there is nothing to rescue or
-         * start a spare for (its due timers were fired above, and what
-         * they woke waits in the inbox at the next tick), and the proof
-         * reads /proc, which at every tick of a long computation cost
-         * about 1% of the process's CPU time. */
-        if (ran >= 2 * M.slice_ns && waiting && worker_stuck(w, sw)) {
+         * that merely waited for a CPU is not stuck. */
+        if (ran >= 2 * M.slice_ns && worker_stuck(w, sw)) {
             nstuck++;
             /* Preempted threads stay pinned to their worker unless it is
              * blocked in the kernel, where it could wait for one of them
