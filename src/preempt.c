@@ -477,11 +477,17 @@ bool task_sleeping(int tid)
 {
     char path[64], buf[256];
     snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* Raw system calls: with fern-hook loaded, libc's open/read/close are
+     * its wrappers, and its close would make the runtime forget its
+     * descriptor table's entry for this number, unsynchronised with a green
+     * thread that had just closed the same number (TSan reported the two
+     * writing that entry at once). The monitor's own descriptor is none of
+     * the table's business. */
+    int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return false;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
+    ssize_t n = syscall(SYS_read, fd, buf, sizeof buf - 1);
+    syscall(SYS_close, fd);
     if (n <= 0)
         return false;
     buf[n] = 0;
