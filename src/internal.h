@@ -420,7 +420,6 @@ struct fern_thread {
 #define THREAD_CHUNK 256u
 struct thread_chunk {
     struct thread_chunk *next;
-    void *mem;                  /* what calloc returned (the chunk is aligned in it) */
     fern_thread t[THREAD_CHUNK];
 };
 

@@ -15,9 +15,9 @@
  *                 child not yet run and park again, once per child; it
  *                 goes to the ring's tail, behind the children.
  *   - w->rq       the local ring (RUNQ_SIZE: a burst of a few thousand
- *                 spawns stays local and in order). The owner pushes at the tail (plain store +
- *                 release); the owner pops and thieves steal half from the
- *                 head with a CAS. Overflow spills half to the cluster inbox.
+ *                 spawns stays local and in order). The owner pushes at
+ *                 the tail (plain store + release); the owner pops and
+ *                 thieves steal half from the head with a CAS. Overflow spills half to the cluster inbox.
  *                 A one-worker cluster's owner pops with plain stores, and
  *                 queues a yielder before its switch, while the monitor has
  *                 not marked the ring shared (ring_enter: the monitor's
@@ -862,36 +862,36 @@ void sched_ready(fern_thread *t)
     inbox_push_wake(t->cluster, t);
 }
 
-/* t is runnable again, after the threads already queued here (not in the
- * hand-off slot): for a joiner woken by an exit, which would otherwise run
- * next only to wait for the following thread. */
-void sched_ready_tail(fern_thread *t)
+/* Queue t behind the threads already queued on w (its ring, waking an idle
+ * worker to share the work) if w runs t's cluster, else on the cluster's
+ * inbox. */
+static void ready_last(struct worker *w, fern_thread *t)
 {
-    struct worker *w = worker_self();
-    PROBE1(wake, t->id);
-    struct fern_cluster *c = t->cluster;
-    if (w && w->cluster == c) {
-        runq_put(w, t);
-        if (!w->alone && LOAD_RELAXED(&c->nidle))
-            cluster_wake(c);
-        return;
-    }
-    inbox_push_wake(c, t);
-}
-
-/* A new thread: onto this worker's ring if it belongs here (and wake an idle
- * worker to steal it), else the cluster's inbox. */
-void sched_spawned(fern_thread *t)
-{
-    struct worker *w = worker_self();
     struct fern_cluster *c = t->cluster; /* before t is visible: it may migrate */
-    if (w && w->cluster == c && w->cur != &w->g0) {
+    if (w && w->cluster == c) {
         runq_put(w, t);
         if (LOAD_RELAXED(&c->nidle))
             cluster_wake(c);
         return;
     }
     inbox_push_wake(c, t);
+}
+
+/* t is runnable again, after the threads already queued here (not in the
+ * hand-off slot): for a joiner woken by an exit, which would otherwise run
+ * next only to wait for the following thread. */
+void sched_ready_tail(fern_thread *t)
+{
+    PROBE1(wake, t->id);
+    ready_last(worker_self(), t);
+}
+
+/* A new thread: onto this worker's ring if it belongs here, else (or from
+ * the idle context) the cluster's inbox. */
+void sched_spawned(fern_thread *t)
+{
+    struct worker *w = worker_self();
+    ready_last(w && w->cur != &w->g0 ? w : NULL, t);
 }
 
 static void after_migrate(struct worker *w, fern_thread *prev, void *arg)

@@ -65,16 +65,13 @@ fern_thread *thread_alloc(struct worker *w)
     }
     spin_lock(&rt.chunk_lock);
     if (!rt.free_threads) {
-        /* Aligned as its descriptors are (see struct fern_thread); calloc
-         * so that fresh memory is not cleared twice. */
-        size_t align = _Alignof(struct thread_chunk);
-        void *mem = calloc(1, sizeof(struct thread_chunk) + align - 1);
-        struct thread_chunk *c = (void *)(((uintptr_t)mem + align - 1) & ~(uintptr_t)(align - 1));
-        if (!mem) {
+        /* Aligned as its descriptors are (see struct fern_thread). */
+        struct thread_chunk *c = aligned_alloc(_Alignof(struct thread_chunk), sizeof *c);
+        if (!c) {
             spin_unlock(&rt.chunk_lock);
             return NULL;
         }
-        c->mem = mem;
+        memset(c, 0, sizeof *c);
         c->next = rt.chunks;
         rt.chunks = c;
         for (unsigned i = THREAD_CHUNK; i-- > 0;) {
@@ -171,7 +168,6 @@ void threads_fini(uint64_t *abandoned)
     spin_unlock(&rt.chunk_lock);
     while (c) {
         struct thread_chunk *n = c->next;
-        void *mem = c->mem;
         for (unsigned i = 0; i < THREAD_CHUNK; i++) {
             fern_thread *t = &c->t[i];
             if (t->alloc == A_LIVE) {
@@ -183,7 +179,7 @@ void threads_fini(uint64_t *abandoned)
 #endif
             }
         }
-        free(mem);
+        free(c);
         c = n;
     }
 }
