@@ -483,6 +483,12 @@ struct worker {
     struct stack_cache stacks[STACK_CLASSES];
     /* counters, written by the owner, read relaxed by fern_stats */
     uint64_t n_switches, n_steals, n_sleeps;
+    /* stealing threads that never ran (sched.c: STEAL_SHORT_NS) */
+    int64_t steal_at;           /* when the last steal's threads were taken */
+    uint32_t stolen_n;          /* how many, 0 once judged */
+    uint64_t steal_exited;      /* n_exited then */
+    int64_t steal_wait;         /* back-off between steals of fresh threads, 0: none */
+    int64_t steal_not_before;
     uint64_t n_migrations;          /* fern_migrate calls that moved, from here */
     uint64_t n_spawned, n_exited;   /* threads spawned / ended on this worker */
     uint64_t n_bound, n_unbound;    /* stacks bound / released here */

@@ -17,7 +17,10 @@
  *   - w->rq       the local ring (RUNQ_SIZE: a burst of a few thousand
  *                 spawns stays local and in order). The owner pushes at
  *                 the tail (plain store + release); the owner pops and
- *                 thieves steal half from the head with a CAS. Overflow spills half to the cluster inbox.
+ *                 thieves steal half from the head with a CAS (threads that never
+ *                 ran: fewer, while the thief's recent steals were of tiny
+ *                 threads; see STEAL_SHORT_NS). Overflow spills half to the
+ *                 cluster inbox.
  *                 A one-worker cluster's owner pops with plain stores, and
  *                 queues a yielder before its switch, while the monitor has
  *                 not marked the ring shared (ring_enter: the monitor's
@@ -375,8 +378,9 @@ static inline bool runq_empty(struct worker *w)
     return LOAD(&w->rq_head) == LOAD(&w->rq_tail);
 }
 
-/* Steal half of victim's ring into w's (empty) ring; returns one to run. */
-static fern_thread *runq_steal(struct worker *w, struct worker *v)
+/* Steal half of victim's ring, at most max threads, into w's (empty) ring;
+ * returns one to run and stores how many were taken in *got. */
+static fern_thread *runq_steal(struct worker *w, struct worker *v, uint32_t max, uint32_t *got)
 {
     for (;;) {
         uint32_t head = LOAD(&v->rq_head);
@@ -385,12 +389,15 @@ static fern_thread *runq_steal(struct worker *w, struct worker *v)
         if (n == 0 || n > RUNQ_SIZE)
             return NULL; /* empty, or a torn read: retry later */
         n -= n / 2;
+        if (n > max)
+            n = max;
         uint32_t mytail = w->rq_tail;
         for (uint32_t i = 0; i < n; i++)
             STORE_RELAXED(&w->rq[(mytail + i) % RUNQ_SIZE],
                           LOAD_RELAXED(&v->rq[(head + i) % RUNQ_SIZE]));
         if (!CAS(&v->rq_head, &head, head + n))
             continue;
+        *got = n;
         n--;
         fern_thread *t = LOAD_RELAXED(&w->rq[(mytail + n) % RUNQ_SIZE]);
         if (n)
@@ -961,6 +968,76 @@ static bool any_next(struct worker *w)
 #define SPIN_NS 50000
 #define NEXT_STUCK_NS 10000
 
+/* Stealing threads that have never run. A thread spawned on one worker and
+ * stolen by another is started there: its descriptor, written by the
+ * spawner, and its stack move to the thief's core, and its joiner reads the
+ * descriptor back. That is ~300 ns here, more than a short thread runs.
+ * In a fork-join of tiny threads (bench/fern_spawn: 1,000 trivial threads
+ * spawned and joined per batch) a spinning thief took each new thread as
+ * it appeared, 10-25% of them, and spawn+join cost twice what it costs on
+ * one worker.
+ *
+ * So a thief judges what it stole: when it is back in its idle loop, if
+ * every stolen thread ended and they took under STEAL_SHORT_NS each
+ * (migration included), stealing them did not pay. It then backs off for
+ * threads that have never run: at most one per steal, at most one per
+ * steal_wait, which doubles from STEAL_WAIT_MIN to STEAL_WAIT_MAX while the
+ * steals stay short. A steal that runs longer, or whose threads park, ends
+ * the back-off and half a ring is taken again. Threads that have run before
+ * (woken, preempted) are stolen as ever. Parallel work of 500 ns per thread
+ * or more is spread as before (a stolen thread of that length measures
+ * ~800 ns); a thread that would wait behind a long one waits at most
+ * STEAL_WAIT_MAX more before a backed-off thief takes it. */
+#define STEAL_SHORT_NS 600
+#define STEAL_WAIT_MIN 1000
+#define STEAL_WAIT_MAX 32000
+
+/* The thread at the head of v's ring has never run. A hint: the slot and the
+ * descriptor may change under us (descriptors are never unmapped). */
+static bool steal_head_fresh(struct worker *v)
+{
+    uint32_t head = LOAD(&v->rq_head);
+    if (head == LOAD(&v->rq_tail))
+        return false;
+    fern_thread *t = LOAD_RELAXED(&v->rq[head % RUNQ_SIZE]);
+    return t && LOAD_RELAXED(&t->sp) == NULL;
+}
+
+/* On entering the idle loop: judge the last steal (see above). */
+static void steal_judge(struct worker *w)
+{
+    int64_t per = (fern_now_ns() - w->steal_at) / w->stolen_n;
+    if (w->n_exited - w->steal_exited >= w->stolen_n && per < STEAL_SHORT_NS)
+        w->steal_wait = w->steal_wait ? (w->steal_wait < STEAL_WAIT_MAX / 2 ? w->steal_wait * 2 : STEAL_WAIT_MAX)
+                                      : STEAL_WAIT_MIN;
+    else
+        w->steal_wait = 0;
+    w->stolen_n = 0;
+}
+
+/* Steal from the other workers of w's cluster, the back-off applied. */
+static fern_thread *steal_some(struct worker *w, struct fern_cluster *c, unsigned nw)
+{
+    int64_t now = w->steal_wait ? fern_now_ns() : 0;
+    fern_thread *t = NULL;
+    for (unsigned i = 1; i < nw && !t; i++) {
+        struct worker *v = c->workers[(w->index + i) % nw];
+        uint32_t max = RUNQ_SIZE, got = 0;
+        if (w->steal_wait && steal_head_fresh(v)) {
+            if (now < w->steal_not_before)
+                continue;
+            max = 1;
+        }
+        if ((t = runq_steal(w, v, max, &got)) != NULL) {
+            w->steal_at = now ? now : fern_now_ns();
+            w->stolen_n = got;
+            w->steal_exited = w->n_exited;
+            w->steal_not_before = w->steal_at + w->steal_wait;
+        }
+    }
+    return t;
+}
+
 static fern_thread *find_work(struct worker *w)
 {
     struct fern_cluster *c = w->cluster;
@@ -970,6 +1047,8 @@ static fern_thread *find_work(struct worker *w)
     int64_t seen_at = 0;
     bool spinning = false;
     fern_thread *t = NULL;
+    if (w->stolen_n)
+        steal_judge(w);
     for (;;) {
         run_after(w);
         if (w->start) {
@@ -984,9 +1063,7 @@ static fern_thread *find_work(struct worker *w)
         if ((t = pick_next(w, false)) != NULL)
             break;
         unsigned nw = LOAD(&c->nworkers);
-        for (unsigned i = 1; i < nw && !t; i++)
-            t = runq_steal(w, c->workers[(w->index + i) % nw]);
-        if (t)
+        if (nw > 1 && (t = steal_some(w, c, nw)) != NULL)
             break;
         if (io_poll_nonblocking())
             continue;

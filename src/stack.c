@@ -592,7 +592,7 @@ bool stack_bind(struct worker *w, fern_thread *t)
     ASAN_UNPOISON_MEMORY_REGION(s->lo, s->size - sizeof *s);
 #endif
     STORE_RELAXED(&t->stack, s); /* fern_dump reads it from any thread */
-    t->sp = ctx_init((char *)s, t);
+    STORE_RELAXED(&t->sp, ctx_init((char *)s, t));
     return true;
 }
 

@@ -297,7 +297,7 @@ int fern_spawn(fern_thread **out, const fern_attr *attr, fern_fn fn, void *arg)
 #endif
         return EAGAIN;
     }
-    t->sp = NULL;
+    STORE_RELAXED(&t->sp, NULL);
     STORE_RELAXED(&t->stack, NULL);
     t->fn = fn;
     t->arg = arg;
@@ -354,7 +354,7 @@ static void after_exit(struct worker *w, fern_thread *prev, void *arg)
         stack_put(w, prev->stack);
         STORE_RELAXED(&prev->stack, NULL);
     }
-    prev->sp = NULL;
+    STORE_RELAXED(&prev->sp, NULL);
     COUNT(&w->n_exited, 1);
     COUNT(&w->live_delta, -1);
     spin_lock(&prev->tlock);
