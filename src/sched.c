@@ -984,13 +984,14 @@ static bool any_next(struct worker *w)
  * steal_wait, which doubles from STEAL_WAIT_MIN to STEAL_WAIT_MAX while the
  * steals stay short. A steal that runs longer, or whose threads park, ends
  * the back-off and half a ring is taken again. Threads that have run before
- * (woken, preempted) are stolen as ever. Parallel work of 500 ns per thread
- * or more is spread as before (a stolen thread of that length measures
- * ~800 ns); a thread that would wait behind a long one waits at most
- * STEAL_WAIT_MAX more before a backed-off thief takes it. */
+ * (woken, preempted) are stolen as ever, and so are fresh ones queued on a
+ * worker that has run one thread for STEAL_STALL_NS (steal_victim_stalled).
+ * Parallel work of 500 ns per thread or more is spread as before (a stolen
+ * thread of that length measures ~800 ns). */
 #define STEAL_SHORT_NS 600
 #define STEAL_WAIT_MIN 1000
 #define STEAL_WAIT_MAX 32000
+#define STEAL_STALL_NS 100000
 
 /* The thread at the head of v's ring has never run. A hint: the slot and the
  * descriptor may change under us (descriptors are never unmapped). */
@@ -1001,6 +1002,23 @@ static bool steal_head_fresh(struct worker *v)
         return false;
     fern_thread *t = LOAD_RELAXED(&v->rq[head % RUNQ_SIZE]);
     return t && LOAD_RELAXED(&t->sp) == NULL;
+}
+
+/* Backed off from v's fresh threads: has v been running one thread for
+ * STEAL_STALL_NS (its switch count unchanged since this thief first saw it)?
+ * Then what waits behind that thread is taken as usual (half the ring),
+ * however short: the back-off is for a spawner that will run its threads
+ * itself in a moment, not for threads stuck behind a long computation. */
+static bool steal_victim_stalled(struct worker *w, struct worker *v, int64_t now)
+{
+    unsigned i = v->index % STEAL_SEEN;
+    uint64_t sw = LOAD_RELAXED(&v->n_switches);
+    if (sw != w->steal_seen_sw[i] || !w->steal_seen_at[i]) {
+        w->steal_seen_sw[i] = sw;
+        w->steal_seen_at[i] = now;
+        return false;
+    }
+    return now - w->steal_seen_at[i] >= STEAL_STALL_NS;
 }
 
 /* On entering the idle loop: judge the last steal (see above). */
@@ -1023,7 +1041,7 @@ static fern_thread *steal_some(struct worker *w, struct fern_cluster *c, unsigne
     for (unsigned i = 1; i < nw && !t; i++) {
         struct worker *v = c->workers[(w->index + i) % nw];
         uint32_t max = RUNQ_SIZE, got = 0;
-        if (w->steal_wait && steal_head_fresh(v)) {
+        if (w->steal_wait && steal_head_fresh(v) && !steal_victim_stalled(w, v, now)) {
             if (now < w->steal_not_before)
                 continue;
             max = 1;
