@@ -179,7 +179,7 @@ def render(res):
     lines = [BEGIN, ""]
     lines += runtime_rows(res)
     lines += ["", "Cells: the median of the runs; (N×) = how many times better fern is than that peer "
-              "(below 1: fern loses). Measured by `bench/run.py` %s%s; other processes used at most %.0f%% "
+              "(below 1: fern loses). Measured by `bench/run.py` %s%s; other processes used at most %.1f%% "
               "of the machine's CPU during any scenario."
               % ("on " + (dates[0] if len(dates) == 1 else "%s – %s" % (dates[0], dates[-1])) if dates else "",
                  (", " + desc) if desc else "", foreign), ""]
