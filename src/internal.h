@@ -426,7 +426,7 @@ struct thread_chunk {
 /* ---- scheduler (sched.c) ---- */
 #define RUNQ_SIZE 4096u
 #define NEXT_STREAK_MAX 32u
-#define STEAL_SEEN 16u /* victims a backed-off thief watches for a stall */
+#define WATCH_MAX 64u /* other workers an idle worker watches (switch_age) */
 
 typedef void (*after_fn)(struct worker *w, fern_thread *prev, void *arg);
 
@@ -489,9 +489,10 @@ struct worker {
     uint32_t stolen_n;          /* how many, 0 once judged */
     uint64_t steal_exited;      /* n_exited then */
     int64_t steal_wait;         /* back-off between steals of fresh threads, 0: none */
-    int64_t steal_not_before;
-    uint64_t steal_seen_sw[STEAL_SEEN];  /* per victim (index % STEAL_SEEN): its */
-    int64_t steal_seen_at[STEAL_SEEN];   /* n_switches when first skipped, and when */
+    /* what this worker, idle, last saw of worker i (index % WATCH_MAX):
+     * its n_switches, and when it first saw that count (sched.c: switch_age) */
+    uint64_t watch_sw[WATCH_MAX];
+    int64_t watch_at[WATCH_MAX];
     uint64_t n_migrations;          /* fern_migrate calls that moved, from here */
     uint64_t n_spawned, n_exited;   /* threads spawned / ended on this worker */
     uint64_t n_bound, n_unbound;    /* stacks bound / released here */

@@ -940,7 +940,7 @@ void fern_yield_body(void)
 /* Workers                                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* Steal victim v's hand-off slot if v has not switched since `seen`. */
+/* Steal victim v's hand-off slot (the caller saw v stuck: switch_age). */
 static fern_thread *next_steal(struct worker *v)
 {
     fern_thread *t = LOAD(&v->next);
@@ -985,13 +985,29 @@ static bool any_next(struct worker *w)
  * steals stay short. A steal that runs longer, or whose threads park, ends
  * the back-off and half a ring is taken again. Threads that have run before
  * (woken, preempted) are stolen as ever, and so are fresh ones queued on a
- * worker that has run one thread for STEAL_STALL_NS (steal_victim_stalled).
+ * worker that has run one thread for STEAL_STALL_NS (steal_some).
  * Parallel work of 500 ns per thread or more is spread as before (a stolen
  * thread of that length measures ~800 ns). */
 #define STEAL_SHORT_NS 600
 #define STEAL_WAIT_MIN 1000
 #define STEAL_WAIT_MAX 32000
 #define STEAL_STALL_NS 100000
+
+/* How long worker v has been running the same thread, as far as idle
+ * worker w has watched it: 0 when w first sees v's current switch count,
+ * then the time since. For the hand-off slot of a busy worker (stolen after
+ * NEXT_STUCK_NS) and the steal back-off (STEAL_STALL_NS). */
+static int64_t switch_age(struct worker *w, struct worker *v, int64_t now)
+{
+    unsigned i = v->index % WATCH_MAX;
+    uint64_t sw = LOAD_RELAXED(&v->n_switches);
+    if (sw != w->watch_sw[i] || !w->watch_at[i]) {
+        w->watch_sw[i] = sw;
+        w->watch_at[i] = now;
+        return 0;
+    }
+    return now - w->watch_at[i];
+}
 
 /* The thread at the head of v's ring has never run. A hint: the slot and the
  * descriptor may change under us (descriptors are never unmapped). */
@@ -1004,22 +1020,6 @@ static bool steal_head_fresh(struct worker *v)
     return t && LOAD_RELAXED(&t->sp) == NULL;
 }
 
-/* Backed off from v's fresh threads: has v been running one thread for
- * STEAL_STALL_NS (its switch count unchanged since this thief first saw it)?
- * Then what waits behind that thread is taken as usual (half the ring),
- * however short: the back-off is for a spawner that will run its threads
- * itself in a moment, not for threads stuck behind a long computation. */
-static bool steal_victim_stalled(struct worker *w, struct worker *v, int64_t now)
-{
-    unsigned i = v->index % STEAL_SEEN;
-    uint64_t sw = LOAD_RELAXED(&v->n_switches);
-    if (sw != w->steal_seen_sw[i] || !w->steal_seen_at[i]) {
-        w->steal_seen_sw[i] = sw;
-        w->steal_seen_at[i] = now;
-        return false;
-    }
-    return now - w->steal_seen_at[i] >= STEAL_STALL_NS;
-}
 
 /* On entering the idle loop: judge the last steal (see above). */
 static void steal_judge(struct worker *w)
@@ -1033,7 +1033,12 @@ static void steal_judge(struct worker *w)
     w->stolen_n = 0;
 }
 
-/* Steal from the other workers of w's cluster, the back-off applied. */
+/* Steal from the other workers of w's cluster, the back-off applied: while
+ * backed off, at most one never-run thread per steal_wait since the last
+ * steal, unless its worker has been running one thread for STEAL_STALL_NS.
+ * Then what waits behind that thread is taken as usual (half the ring),
+ * however short: the back-off is for a spawner that will run its threads
+ * itself in a moment, not for threads stuck behind a long computation. */
 static fern_thread *steal_some(struct worker *w, struct fern_cluster *c, unsigned nw)
 {
     int64_t now = w->steal_wait ? fern_now_ns() : 0;
@@ -1041,8 +1046,8 @@ static fern_thread *steal_some(struct worker *w, struct fern_cluster *c, unsigne
     for (unsigned i = 1; i < nw && !t; i++) {
         struct worker *v = c->workers[(w->index + i) % nw];
         uint32_t max = RUNQ_SIZE, got = 0;
-        if (w->steal_wait && steal_head_fresh(v) && !steal_victim_stalled(w, v, now)) {
-            if (now < w->steal_not_before)
+        if (w->steal_wait && steal_head_fresh(v) && switch_age(w, v, now) < STEAL_STALL_NS) {
+            if (now < w->steal_at + w->steal_wait)
                 continue;
             max = 1;
         }
@@ -1050,7 +1055,6 @@ static fern_thread *steal_some(struct worker *w, struct fern_cluster *c, unsigne
             w->steal_at = now ? now : fern_now_ns();
             w->stolen_n = got;
             w->steal_exited = w->n_exited;
-            w->steal_not_before = w->steal_at + w->steal_wait;
         }
     }
     return t;
@@ -1060,9 +1064,7 @@ static fern_thread *find_work(struct worker *w)
 {
     struct fern_cluster *c = w->cluster;
     int64_t spin_until = 0;
-    uint64_t seen[64];
-    unsigned nseen = 0;
-    int64_t seen_at = 0;
+    int64_t looked_at = 0;
     bool spinning = false;
     fern_thread *t = NULL;
     if (w->stolen_n)
@@ -1087,24 +1089,20 @@ static fern_thread *find_work(struct worker *w)
             continue;
         int64_t now = fern_now_ns();
         if (spinning && now < spin_until && nw > 1) {
-            if (!seen_at) {
-                nseen = nw < 64 ? nw : 64;
-                for (unsigned i = 0; i < nseen; i++)
-                    seen[i] = LOAD_RELAXED(&c->workers[i]->n_switches);
-                seen_at = now;
-            } else if (now - seen_at >= NEXT_STUCK_NS) {
+            if (now - looked_at >= NEXT_STUCK_NS / 2) {
                 /* Not from a one-worker cluster's worker (`alone`, which
                  * can have a spare beside it): it uses its slot with plain
                  * loads and stores. */
-                for (unsigned i = 0; i < nseen && !t; i++) {
+                unsigned nwatch = nw < WATCH_MAX ? nw : WATCH_MAX;
+                for (unsigned i = 0; i < nwatch && !t; i++) {
                     struct worker *v = c->workers[i];
-                    if (v != w && !v->alone && LOAD_RELAXED(&v->n_switches) == seen[i] &&
+                    if (v != w && !v->alone && switch_age(w, v, now) >= NEXT_STUCK_NS &&
                         (t = next_steal(v)) != NULL)
                         PROBE3(steal, t->id, w->index, v->index);
                 }
                 if (t)
                     break;
-                seen_at = 0;
+                looked_at = now;
             }
             for (int k = 0; k < 64; k++)
                 cpu_relax();
@@ -1120,7 +1118,6 @@ static fern_thread *find_work(struct worker *w)
         spinning = true;
         ADD_RELAXED(&c->nspinning, 1);
         spin_until = fern_now_ns() + SPIN_NS;
-        seen_at = 0;
     }
     if (spinning)
         __atomic_fetch_sub(&c->nspinning, 1, __ATOMIC_SEQ_CST);

@@ -354,6 +354,40 @@ TEST(Sched, WakeupsFromPlainThreadsReachSleepingWorkers) {
     EXPECT_EQ(0, fern_cluster_destroy(c));
 }
 
+// A thread woken into the hand-off slot of a worker whose running thread
+// then computes is stolen by the idle worker once that worker has not
+// switched for NEXT_STUCK_NS (10 us), not left until the computation ends
+// (5 ms here, less than a time slice: no preemption helps).
+TEST(Sched, HandOffBehindABusyThreadIsStolen) {
+    Watchdog wd(60, "HandOffBehindABusyThreadIsStolen");
+    fern_cluster *c = nullptr;
+    ASSERT_EQ(0, fern_cluster_create(&c, 2));
+    static fern_sem s;
+    ASSERT_EQ(0, fern_sem_init(&s, 0));
+    std::atomic<int64_t> woke_at{0}, posted_at{0};
+    const int64_t spin = (int64_t)((double)ms(5) / stress_scale());
+    fern_thread *b = nullptr, *a = nullptr;
+    ASSERT_EQ(0, spawn_on(&b, c, [&] {
+        EXPECT_EQ(0, fern_sem_wait(&s));
+        woke_at = fern_now_ns();
+    }));
+    ASSERT_EQ(0, spawn_on(&a, c, [&] {
+        EXPECT_EQ(0, fern_sleep_ns(ms(20))); // b waits by now
+        posted_at = fern_now_ns();
+        EXPECT_EQ(0, fern_sem_post(&s)); // b goes to this worker's hand-off slot
+        int64_t end = fern_now_ns() + spin;
+        while (fern_now_ns() < end && woke_at.load() == 0) {
+        }
+    }));
+    ASSERT_EQ(0, fern_join(a, nullptr));
+    ASSERT_EQ(0, fern_join(b, nullptr));
+    ASSERT_NE(0, woke_at.load());
+    EXPECT_LT(woke_at.load() - posted_at.load(), spin / 2)
+        << "the woken thread waited " << (woke_at.load() - posted_at.load()) / 1000 << " us behind the busy one";
+    EXPECT_EQ(0, fern_sem_destroy(&s));
+    EXPECT_EQ(0, fern_cluster_destroy(c));
+}
+
 // Two threads handing off to each other through a cond on one worker must not
 // starve a third runnable thread (the hand-off chain is bounded).
 TEST(Sched, HandoffsDoNotStarveLocalQueue) {
@@ -393,6 +427,20 @@ TEST(Sched, HandoffsDoNotStarveLocalQueue) {
     EXPECT_EQ(0, fern_cluster_destroy(c));
 }
 
+// From a green thread: spawn kids.size() trivial threads, each returning
+// its index + 1, then join them all in order. Returns how many spawns or
+// joins failed or returned the wrong value.
+long fork_join_trivial(std::vector<fern_thread *> &kids) {
+    long bad = 0;
+    for (size_t i = 0; i < kids.size(); i++)
+        if (fern_spawn(&kids[i], nullptr, noop, (void *)(intptr_t)(i + 1)) != 0) bad++;
+    for (size_t i = 0; i < kids.size(); i++) {
+        void *r = nullptr;
+        if (fern_join(kids[i], &r) != 0 || r != (void *)(intptr_t)(i + 1)) bad++;
+    }
+    return bad;
+}
+
 // A fork-join on one worker: the joiner, woken by the exit of the child it
 // joins, runs after the children still queued and joins them without
 // parking again, so a child costs about one switch, not two (the joiner
@@ -410,12 +458,7 @@ TEST(Sched, ForkJoinParksTheJoinerRarely) {
     ASSERT_EQ(0, run_green([&] {
         std::vector<fern_thread *> kids(kChildren);
         fern_stats(&s0);
-        for (int i = 0; i < kChildren; i++)
-            if (fern_spawn(&kids[i], nullptr, noop, (void *)(intptr_t)(i + 1)) != 0) bad++;
-        for (int i = 0; i < kChildren; i++) {
-            void *r = nullptr;
-            if (fern_join(kids[i], &r) != 0 || r != (void *)(intptr_t)(i + 1)) bad++;
-        }
+        bad = fork_join_trivial(kids);
         fern_stats(&s1);
     }));
     EXPECT_EQ(0, bad);
@@ -447,14 +490,7 @@ TEST(Sched, TinyThreadsStayWithTheirSpawner) {
     ASSERT_EQ(0, spawn_on(&parent, c, [&] {
         std::vector<fern_thread *> kids(kBatch);
         fern_stats(&s0);
-        for (int b = 0; b < kBatches; b++) {
-            for (int i = 0; i < kBatch; i++)
-                if (fern_spawn(&kids[i], nullptr, noop, (void *)(intptr_t)(i + 1)) != 0) bad++;
-            for (int i = 0; i < kBatch; i++) {
-                void *r = nullptr;
-                if (fern_join(kids[i], &r) != 0 || r != (void *)(intptr_t)(i + 1)) bad++;
-            }
-        }
+        for (int b = 0; b < kBatches; b++) bad += fork_join_trivial(kids);
         fern_stats(&s1);
         for (int i = 0; i < kLong; i++)
             EXPECT_EQ(0, spawn(&kids[i], nullptr, [&] {
@@ -500,12 +536,7 @@ TEST(Sched, TinyThreadsBehindALongOneAreStolen) {
     ASSERT_EQ(0, spawn_on(&parent, c, [&] {
         std::vector<fern_thread *> kids(kTiny);
         // Trivial fork-joins first, so that the idle worker backs off.
-        for (long b = 0; b < scaled(5); b++) {
-            for (int i = 0; i < kTiny; i++)
-                if (fern_spawn(&kids[i], nullptr, noop, nullptr) != 0) bad++;
-            for (int i = 0; i < kTiny; i++)
-                if (fern_join(kids[i], nullptr) != 0) bad++;
-        }
+        for (long b = 0; b < scaled(5); b++) bad += fork_join_trivial(kids);
         for (int i = 0; i < kTiny; i++)
             if (fern_spawn(&kids[i], nullptr, [](void *a) -> void * {
                     static_cast<std::atomic<int> *>(a)->fetch_add(1);
