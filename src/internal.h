@@ -376,18 +376,15 @@ enum { A_FREE = 0, A_LIVE = 1 };
  * another; two descriptors sharing a line made every such thread pull its
  * neighbour's line across cores too). */
 struct fern_thread {
+    /* The first cache line holds what a switch and a queue touch, so a
+     * thread resumed on another core (a migration, a steal, a wake-up from
+     * elsewhere) costs one descriptor line in, not two. */
     void *sp;                   /* saved stack pointer (NULL: not started) */
     struct stack *stack;
-    fern_fn fn;
-    void *arg;
-    void *result;
     struct fern_cluster *cluster;
     fern_thread *link;          /* inbox / free list link */
     int saved_errno;
     uint32_t tlock;
-    int64_t slice_carry;        /* preempt.c: CPU time of its slice it had used
-                                 * when a woken thread preempted it (its slice
-                                 * goes on when it resumes), 0 otherwise */
     uint32_t life;
     uint8_t alloc;              /* A_FREE / A_LIVE */
     uint8_t run_state;          /* enum tstate, relaxed, for fern_dump */
@@ -395,6 +392,13 @@ struct fern_thread {
     uint8_t rescued;            /* taken from a worker asleep in the kernel: not
                                  * preempted until it next leaves the CPU
                                  * (rescue_worker, preempt.c) */
+    uintptr_t eh[2];            /* the C++ runtime's caught-exception state */
+    fern_fn fn;
+    void *arg;
+    void *result;
+    int64_t slice_carry;        /* preempt.c: CPU time of its slice it had used
+                                 * when a woken thread preempted it (its slice
+                                 * goes on when it resumes), 0 otherwise */
     uint64_t rescued_sw;        /* the worker's n_switches while it so runs */
     const char *wait_what;      /* what it is parked on, for fern_dump */
     const void *wait_obj;
@@ -402,7 +406,6 @@ struct fern_thread {
     struct keyval *keys;
     struct rdheld *rdheld;      /* read locks held (fern_rwlock), lazily allocated */
     uint64_t id;
-    uintptr_t eh[2];            /* the C++ runtime's caught-exception state */
     char name[32];
     uint8_t wait_timed;         /* the park has a deadline (deadlock.c) */
 #ifdef FERN_ASAN
@@ -414,6 +417,7 @@ struct fern_thread {
     uint32_t tsan_hook_depth;
 #endif
 } __attribute__((aligned(64)));
+_Static_assert(offsetof(struct fern_thread, fn) == 64, "a switch's fields fill the first line");
 
 /* Descriptors are allocated in chunks that live until shutdown; the list
  * of chunks (rt.chunks) is the registry of all threads (see debugmap.c). */

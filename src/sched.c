@@ -27,7 +27,8 @@
  *                 rescue and a spare worker take from it too).
  *   - c->inbox    multi-producer FIFO for wake-ups from plain threads, other
  *                 clusters, migrations and spills. Checked when the local
- *                 queue is empty and every 61 ticks, so it cannot starve.
+ *                 queue is empty (then a share of it moves to the ring:
+ *                 inbox_take) and every 61 ticks, so it cannot starve.
  *
  * Switching: a thread that stops running (yield, park, exit, migrate) picks
  * its successor itself and switches straight to it; only when nothing is
@@ -344,6 +345,36 @@ static void ring_share(struct worker *w)
         spin_backoff(&spins);
 }
 
+/* A thread queued behind a few others may be cold: it migrated in, was
+ * woken from another core, or last ran thousands of switches ago. Its
+ * descriptor and the top of its saved stack (the switch frame and the few
+ * frames above it, 256 bytes) are what resuming it reads first; on this
+ * project's 2-vCPU test VM a line written by the other core takes ~200 ns
+ * to arrive. So a pop from the ring prefetches, PREFETCH_STACK threads
+ * ahead, the saved stack (its descriptor was prefetched earlier) and,
+ * PREFETCH_DESC ahead, the descriptor: the misses overlap with the threads
+ * run meanwhile instead of stalling each resume. Slots between head and
+ * tail hold threads (a thief may be taking them: a prefetch of a stale
+ * address is harmless, and descriptors are never unmapped). */
+#define PREFETCH_STACK 3u
+#define PREFETCH_DESC 6u
+static inline void runq_prefetch(struct worker *w, uint32_t head, uint32_t tail)
+{
+    uint32_t left = tail - head;
+    if (left > PREFETCH_STACK && left <= RUNQ_SIZE) {
+        fern_thread *a = LOAD_RELAXED(&w->rq[(head + PREFETCH_STACK) % RUNQ_SIZE]);
+        char *sp = LOAD_RELAXED(&a->sp);
+        if (sp) {
+            __builtin_prefetch(sp, 1);
+            __builtin_prefetch(sp + 64, 1);
+            __builtin_prefetch(sp + 128, 1);
+            __builtin_prefetch(sp + 192, 1);
+        }
+        if (left > PREFETCH_DESC)
+            __builtin_prefetch(LOAD_RELAXED(&w->rq[(head + PREFETCH_DESC) % RUNQ_SIZE]), 1);
+    }
+}
+
 /* `owned`: the caller is inside a ring section (ring_enter returned true). */
 static inline fern_thread *runq_get(struct worker *w, bool owned)
 {
@@ -356,6 +387,7 @@ static inline fern_thread *runq_get(struct worker *w, bool owned)
             if (head != w->rq_tail) {
                 t = LOAD_RELAXED(&w->rq[head % RUNQ_SIZE]);
                 STORE_RELAXED(&w->rq_head, head + 1);
+                runq_prefetch(w, head, w->rq_tail);
             }
             if (own)
                 ring_leave(w);
@@ -368,8 +400,10 @@ static inline fern_thread *runq_get(struct worker *w, bool owned)
         if (head == tail)
             return NULL;
         fern_thread *t = LOAD_RELAXED(&w->rq[head % RUNQ_SIZE]);
-        if (CAS(&w->rq_head, &head, head + 1))
+        if (CAS(&w->rq_head, &head, head + 1)) {
+            runq_prefetch(w, head, tail);
             return t;
+        }
     }
 }
 
@@ -587,6 +621,52 @@ void sched_pin(struct worker *w, fern_thread *t, bool front)
         tqueue_push(&w->pinned, t);
 }
 
+/* Most threads taken from the inbox at once (see inbox_take). */
+#define INBOX_BATCH (RUNQ_SIZE / 2)
+
+/* The inbox's next thread for w, whose ring is empty: with it, a share of
+ * what waits there moves into the ring, so a worker fed through the inbox
+ * (threads migrating in, wake-ups from plain threads or other clusters)
+ * takes the inbox's lock once per batch rather than once per thread, and
+ * the line holding it stays with the producers. A share: the inbox's
+ * length over the cluster's workers (all of it for a one-worker cluster),
+ * at most INBOX_BATCH; the rest goes back to the inbox's front, in order.
+ * The list is walked outside the lock (its descriptors are cold: a walk
+ * under the lock would hold producers off for every miss). */
+static __attribute__((noinline)) fern_thread *inbox_take(struct worker *w)
+{
+    struct fern_cluster *c = w->cluster;
+    if (tqueue_len(&c->inbox) == 0)
+        return NULL;
+    fern_thread *tail;
+    uint32_t n;
+    fern_thread *t = tqueue_take(&c->inbox, &tail, &n);
+    if (!t || n == 1)
+        return t;
+    uint32_t nw = LOAD_RELAXED(&c->nworkers);
+    uint32_t keep = nw > 1 ? n / nw + 1 : n;
+    if (keep > INBOX_BATCH)
+        keep = INBOX_BATCH;
+    /* The ring was empty when pick_next looked and only its owner adds to
+     * it, so keep - 1 <= INBOX_BATCH threads fit. Each link is read before
+     * its thread is published: a thief may run it at once. */
+    fern_thread *x = t->link;
+    uint32_t tail_ix = w->rq_tail;
+    for (uint32_t i = 1; i < keep; i++) {
+        fern_thread *after = x->link;
+        STORE_RELAXED(&w->rq[(tail_ix + i - 1) % RUNQ_SIZE], x);
+        x = after;
+    }
+    if (keep > 1) {
+        STORE(&w->rq_tail, tail_ix + keep - 1);
+        if (nw > 1 && LOAD_RELAXED(&c->nidle))
+            cluster_wake(c);
+    }
+    if (keep < n)
+        tqueue_push_list_front(&c->inbox, x, tail, n - keep);
+    return t;
+}
+
 /* Pick the next thread to run without blocking; NULL if none. Inlined into
  * the switch paths: it is on every park and yield. `owned` as in runq_get. */
 static inline __attribute__((always_inline)) fern_thread *pick_next(struct worker *w, bool owned)
@@ -618,7 +698,7 @@ static inline __attribute__((always_inline)) fern_thread *pick_next(struct worke
         return t;
     if (LOAD_RELAXED(&w->next) && (t = __atomic_exchange_n(&w->next, NULL, __ATOMIC_ACQ_REL)))
         return t;
-    return tqueue_pop(&w->cluster->inbox);
+    return inbox_take(w);
 }
 
 /* Switch from cur to next on w. Returns on cur's context when it is resumed,
