@@ -151,7 +151,7 @@ SCENARIOS = {
         "headline": [("migrations_per_s_k1", "higher"), ("migrations_per_s_k2", "higher")],
         "notes": [
             "10,000 threads, each does fern_migrate(B), fern_migrate(A) 10 times = 20 migrations; "
-            "clusters A and B have k workers each (k = 1, 2); timed from first spawn to last join.",
+            "clusters A and B have k workers each (k = 1, 2); timed from a start gate to the last join: before it every thread has started on A (its stack bound and touched) and yields there, as the emulations create their items before their clocks start (a thread's first run is spawn's cost: spawn, million).",
             "pthread and go are EMULATIONS, not migrations of a running thread: two pools of k workers "
             "(kernel threads / goroutines), a work item handed to the other pool's queue (mutex+condvar FIFO / "
             "buffered channel) 20 times. They measure a queue hand-off, which is cheaper than moving a stack "
