@@ -360,8 +360,10 @@ static void ring_share(struct worker *w)
 #define PREFETCH_DESC 6u
 static inline void runq_prefetch(struct worker *w, uint32_t head, uint32_t tail)
 {
+    /* PREFETCH_STACK < tail - head <= RUNQ_SIZE (more is a torn read of a
+     * thief's view), in one unsigned comparison. */
     uint32_t left = tail - head;
-    if (left > PREFETCH_STACK && left <= RUNQ_SIZE) {
+    if (left - (PREFETCH_STACK + 1) < RUNQ_SIZE - PREFETCH_STACK) {
         fern_thread *a = LOAD_RELAXED(&w->rq[(head + PREFETCH_STACK) % RUNQ_SIZE]);
         char *sp = LOAD_RELAXED(&a->sp);
         if (sp) {
