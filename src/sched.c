@@ -27,8 +27,9 @@
  *                 rescue and a spare worker take from it too).
  *   - c->inbox    multi-producer FIFO for wake-ups from plain threads, other
  *                 clusters, migrations and spills. Checked when the local
- *                 queue is empty (then a share of it moves to the ring:
- *                 inbox_take) and every 61 ticks, so it cannot starve.
+ *                 queue is empty (then, unless the taker holds a lock, a
+ *                 share of it moves to the ring: inbox_take) and every 61
+ *                 ticks, so it cannot starve.
  *
  * Switching: a thread that stops running (yield, park, exit, migrate) picks
  * its successor itself and switches straight to it; only when nothing is
@@ -670,8 +671,14 @@ static __attribute__((noinline)) fern_thread *inbox_take(struct worker *w)
 }
 
 /* Pick the next thread to run without blocking; NULL if none. Inlined into
- * the switch paths: it is on every park and yield. `owned` as in runq_get. */
-static inline __attribute__((always_inline)) fern_thread *pick_next(struct worker *w, bool owned)
+ * the switch paths: it is on every park and yield. `owned` as in runq_get.
+ * `batch`: the caller holds no lock, so an empty ring may be refilled from
+ * the inbox (inbox_take: a walk of up to INBOX_BATCH cold descriptors and
+ * perhaps a futex wake). A thread parking on a wait queue still holds the
+ * queue's spin lock (released by its after-switch function): it takes one
+ * thread from the inbox, as before. */
+static inline __attribute__((always_inline)) fern_thread *pick_next(struct worker *w, bool owned,
+                                                                     bool batch)
 {
     fern_thread *t;
     uint32_t tick = ++w->tick;
@@ -700,7 +707,7 @@ static inline __attribute__((always_inline)) fern_thread *pick_next(struct worke
         return t;
     if (LOAD_RELAXED(&w->next) && (t = __atomic_exchange_n(&w->next, NULL, __ATOMIC_ACQ_REL)))
         return t;
-    return inbox_take(w);
+    return batch ? inbox_take(w) : tqueue_pop(&w->cluster->inbox);
 }
 
 /* Switch from cur to next on w. Returns on cur's context when it is resumed,
@@ -765,8 +772,9 @@ static void switch_to(struct worker *w, fern_thread *cur, fern_thread *next, boo
     *w->errno_loc = cur->saved_errno;
 }
 
-/* Give up the CPU: run `fn(arg)` after the switch, then whatever is next. */
-void sched_park(after_fn fn, void *arg)
+/* Give up the CPU: run `fn(arg)` after the switch, then whatever is next.
+ * `unlocked`: the caller holds no lock (see pick_next's `batch`). */
+static inline __attribute__((always_inline)) void park(after_fn fn, void *arg, bool unlocked)
 {
     struct worker *w = worker_self();
     fern_thread *cur = w->cur;
@@ -776,7 +784,7 @@ void sched_park(after_fn fn, void *arg)
     w->after = fn;
     w->after_prev = cur;
     w->after_arg = arg;
-    next = pick_next(w, false);
+    next = pick_next(w, false, unlocked);
     if (next && !next->sp && !(stack_ready(w, next->stack_cls) && stack_bind(w, next))) {
         /* Binding a stack that is not in the cache may fault in a page and
          * take a system call, which must not happen while the parking
@@ -787,6 +795,8 @@ void sched_park(after_fn fn, void *arg)
     }
     switch_to(w, cur, next ? next : &w->g0, false);
 }
+
+void sched_park(after_fn fn, void *arg) { park(fn, arg, false); }
 
 /* Exit into a thread that has not run yet and wants a stack of the same
  * class: hand it the exiting thread's stack, hot in the cache, instead of
@@ -825,7 +835,7 @@ void sched_exit(after_fn fn, void *arg)
     fern_thread *next;
     STORE_RELAXED(&cur->run_state, T_EXITING);
     PROBE1(exit, cur->id);
-    next = pick_next(w, false);
+    next = pick_next(w, false, true);
     /* Not while threads wait for a stack (stack_starved): the stack goes
      * back through the pool, which serves them first. */
     if (next && !next->sp && cur->stack && next->stack_cls == cur->stack_cls &&
@@ -858,7 +868,7 @@ void sched_yield_green(struct worker *w)
      * so nobody else takes cur from the ring before its context is saved
      * (invariant 1). */
     bool owned = w->alone && ring_enter(w);
-    fern_thread *next = pick_next(w, owned);
+    fern_thread *next = pick_next(w, owned, true);
     if (!next) {
         if (owned)
             ring_leave(w);
@@ -867,7 +877,7 @@ void sched_yield_green(struct worker *w)
          * that only yields would keep parked readers waiting. */
         if ((w->tick & 63) == 0 && io_active() && !io_poll_owned()) {
             io_poll_nonblocking();
-            next = pick_next(w, false);
+            next = pick_next(w, false, true);
         }
         if (!next)
             return;
@@ -908,7 +918,7 @@ void sched_yield_pinned(struct worker *w)
         timers_run(w, fern_now_ns());
     fern_thread *next = tqueue_pop(&w->cluster->inbox);
     if (!next)
-        next = pick_next(w, false);
+        next = pick_next(w, false, false);
     if (!next)
         return;
     if (!next->sp && !(stack_ready(w, next->stack_cls) && stack_bind(w, next))) {
@@ -1005,7 +1015,7 @@ int fern_migrate(fern_cluster *c)
     /* Per worker: a shared counter cost every migration a contended
      * cache line. */
     COUNT(&w->n_migrations, 1);
-    sched_park(after_migrate, c);
+    park(after_migrate, c, true);
     return 0;
 }
 
@@ -1162,7 +1172,7 @@ static fern_thread *find_work(struct worker *w)
             break;
         if (LOAD_RELAXED(&w->timers.n) && timers_run(w, fern_now_ns()))
             continue;
-        if ((t = pick_next(w, false)) != NULL)
+        if ((t = pick_next(w, false, true)) != NULL)
             break;
         unsigned nw = LOAD(&c->nworkers);
         if (nw > 1 && (t = steal_some(w, c, nw)) != NULL)
