@@ -76,9 +76,11 @@ struct stack;
  * yield the CPU (the thread waited for may have been preempted). */
 void spin_backoff(unsigned *spins);
 void spin_lock_slow(uint32_t *l);
+/* One attempt, for fast paths that go a slow way (spin_lock) if it fails. */
+static inline bool spin_trylock(uint32_t *l) { return !__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE); }
 static inline void spin_lock(uint32_t *l)
 {
-    if (likely(!__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE)))
+    if (likely(spin_trylock(l)))
         return;
     spin_lock_slow(l);
 }
@@ -223,6 +225,24 @@ static inline bool waiter_claim(struct waiter *wt)
     return true;
 }
 void waiter_release(struct waiter *wt, int result);
+void sched_ready(fern_thread *t);      /* sched.c, see below */
+void sched_ready_tail(fern_thread *t);
+/* waiter_release's body, inlined where a wake-up is on the fast path;
+ * `tail` as in waiter_wake_tail. */
+static inline __attribute__((always_inline)) void waiter_release_inline(struct waiter *wt, int result,
+                                                                       bool tail)
+{
+    struct parker *p = wt->p;
+    fern_thread *t = p->thread;
+    p->result = result;
+    STORE(&p->state, W_WOKEN);
+    if (!t)
+        futex_wake(&p->state, 1); /* p may be gone already: futex_wake on a stale address is harmless */
+    else if (tail)
+        sched_ready_tail(t);
+    else
+        sched_ready(t);
+}
 /* claim + release(0). */
 bool waiter_wake(struct waiter *wt);
 /* waiter_wake, but a green thread goes behind the threads already queued on
@@ -247,14 +267,10 @@ void waitq_unlink(struct waiter *wt);
  * (W_CLAIMED, to be released by the caller) or NULL. Waiters that cannot be
  * won are left linked for their own threads to unlink (see wait.c). */
 struct waiter *waitq_claim_one_slow(fern_waitq *q);
-static inline struct waiter *waitq_claim_one(fern_waitq *q)
+/* waitq_claim_one when q's head is wt, a solo waiter: unlink it and win it
+ * outright. */
+static inline struct waiter *waitq_claim_solo(fern_waitq *q, struct waiter *wt)
 {
-    struct waiter *wt = q->head;
-    if (!wt)
-        return NULL;
-    if (!wt->p->solo)
-        return waitq_claim_one_slow(q);
-    /* The head is a solo waiter: unlink it and win it outright. */
     struct waiter *n = wt->next;
     q->head = n;
     if (n)
@@ -266,6 +282,15 @@ static inline struct waiter *waitq_claim_one(fern_waitq *q)
     STORE_RELAXED(&wt->p->state, W_CLAIMED);
     wt->p->index = wt->index;
     return wt;
+}
+static inline struct waiter *waitq_claim_one(fern_waitq *q)
+{
+    struct waiter *wt = q->head;
+    if (!wt)
+        return NULL;
+    if (!wt->p->solo)
+        return waitq_claim_one_slow(q);
+    return waitq_claim_solo(q, wt);
 }
 /* Claim (and unlink) every waiter that can still be won, chained through
  * ->next; the others stay linked. Wakers
@@ -612,6 +637,25 @@ void sched_yield_green(struct worker *w);
 /* Queue t on w's pinned list (owner only): it resumes on w; first if
  * `front` (its slice is not over). */
 void sched_pin(struct worker *w, fern_thread *t, bool front);
+/* The post-switch action of an untimed park under one spin lock or none
+ * (wait.c). */
+void after_wait_spin(struct worker *w, fern_thread *prev, void *arg);
+/* waiter_wait for a caller that has read its green thread t already (NULL
+ * for a plain thread): the common untimed park of a green thread inline,
+ * without waiter_wait's call and its second read of the current thread;
+ * everything else through waiter_wait. */
+static inline __attribute__((always_inline)) int waiter_wait_as(struct waiter *wt, fern_thread *t,
+                                                               uint32_t *lock, int64_t deadline)
+{
+    if (!t || deadline != FERN_FOREVER)
+        return waiter_wait(wt, lock, deadline);
+    struct parker *p = wt->p;
+    p->solo = p == &wt->own;
+    p->timer.deadline = deadline;
+    p->thread = t;
+    sched_park(after_wait_spin, lock);
+    return (int)LOAD(&p->state);
+}
 /* The calling thread's identity for mutex ownership: its fern_thread, or a
  * per-OS-thread token for plain threads. */
 static inline fern_thread *thread_current(void)
@@ -667,18 +711,32 @@ static inline void bias_end(const struct caller *c)
 static inline int bias_mode(uint32_t *bias, uint32_t tag)
 {
     uint32_t b = LOAD(bias);
-    if (b == BIAS_SHARED)
-        return 0;
-    return tag && b == tag ? 1 : -1;
+    /* Tags are multiples of 4 (BIAS_NONE is 0 and no tag), so b == tag with
+     * tag != 0 is a biased object of ours; tested first, it is the case a
+     * one-worker cluster's fast paths are for. */
+    if (b == tag && tag)
+        return 1;
+    return b == BIAS_SHARED ? 0 : -1;
+}
+/* bias_enter's first attempt, for fast paths that must not hold the settle
+ * loop (a call in a loop makes the whole function save registers): 1 plain
+ * or 0 shared with the operation begun, as bias_enter; -1 if the object is
+ * to be settled, with nothing begun (the caller then takes a slow path,
+ * which settles it with bias_enter). */
+static inline int bias_try(uint32_t *bias, const struct caller *c)
+{
+    bias_begin(c);
+    int mode = bias_mode(bias, c->tag);
+    if (unlikely(mode < 0))
+        bias_end(c);
+    return mode;
 }
 static inline bool bias_enter(uint32_t *bias, const struct caller *c)
 {
     for (;;) {
-        bias_begin(c);
-        int mode = bias_mode(bias, c->tag);
+        int mode = bias_try(bias, c);
         if (likely(mode >= 0))
             return mode;
-        bias_end(c);
         bias_settle(bias, c->tag);
     }
 }

@@ -38,6 +38,14 @@
  * signaller usually locks the mutex again at once, and a hand-off would make
  * it wait for the woken thread (a convoy).
  *
+ * Fast paths. fern_mutex_lock, fern_mutex_unlock and fern_cond_signal keep
+ * their common case (the object's mode settled, no contention, no hand-off,
+ * at most a solo waiter to wake) free of calls but tail calls and the final
+ * wake-up, so that it saves no callee-saved registers; every other case
+ * jumps to a noinline function that finishes the operation the same way as
+ * before (*_settle, *_slow). A condition wait of a green thread without a
+ * deadline is a copy of its own (cond_wait), parking inline.
+ *
  * Memory ordering. state_ (mutex) moves by acq_rel CAS and exchange: a lock
  * acquires the previous holder's critical section, an unlock releases its
  * own (in plain mode the object is one worker's and needs none, bias.c).
@@ -279,17 +287,39 @@ static __attribute__((noinline)) int mutex_lock_slow(fern_mutex *m, int64_t dead
     return 0;
 }
 
+/* The lock when m's mode is not known yet: its first use, or a bias being
+ * revoked. Kept out of mutex_lock, whose fast path then makes no call but
+ * tail calls and saves no registers. */
+static __attribute__((noinline, cold)) int mutex_lock_settle(fern_mutex *m, int64_t deadline,
+                                                             bool counted)
+{
+    struct caller me;
+    caller_get(&me);
+    bool plain = bias_enter(&m->bias_, &me);
+    if (cas_p(plain, &m->state_, 0, 1)) {
+        STORE_RELAXED(&m->owner_, caller_self(&me));
+        if (counted)
+            users_add(plain, m, -1);
+        bias_end(&me);
+        return 0;
+    }
+    bias_end(&me);
+    return mutex_lock_slow(m, deadline, counted);
+}
+
 /* counted: the caller is counted in users_ and leaves it once it holds m
  * (a constant at each call site). */
 static inline __attribute__((always_inline)) int mutex_lock(fern_mutex *m, int64_t deadline, bool counted)
 {
     struct caller me;
     caller_get(&me);
-    bool plain = bias_enter(&m->bias_, &me);
-    if (likely(cas_p(plain, &m->state_, 0, 1))) {
+    int mode = bias_try(&m->bias_, &me);
+    if (unlikely(mode < 0))
+        return mutex_lock_settle(m, deadline, counted);
+    if (likely(cas_p(mode, &m->state_, 0, 1))) {
         STORE_RELAXED(&m->owner_, caller_self(&me));
         if (counted)
-            users_add(plain, m, -1);
+            users_add(mode, m, -1);
         bias_end(&me);
         return 0;
     }
@@ -419,20 +449,14 @@ static bool mutex_handoff(fern_mutex *m, bool plain)
     return true;
 }
 
-/* Unlock for the caller self, inside an operation on m in the given mode. */
-static inline int mutex_release(fern_mutex *m, bool plain, void *self)
+/* The rest of an unlock whose CAS 1 -> 0 failed (state 2: waiters maybe),
+ * inside the operation, owner_ already cleared. */
+static __attribute__((noinline)) void mutex_wake(fern_mutex *m, bool plain)
 {
-    if (LOAD_RELAXED(&m->owner_) != self)
-        return EPERM;
-    if (unlikely(LOAD_RELAXED(&m->handoff_)) && mutex_handoff(m, plain))
-        return 0;
-    STORE_RELAXED(&m->owner_, NULL);
-    if (likely(cas_p(plain, &m->state_, 1, 0)))
-        return 0;
-    /* Waiters maybe: free m only under the queue lock. Once state_ is 0 a
-     * destroyer may find m idle, and it takes this lock to look at the
-     * queue, so our unlock of it is our last access (the destroy rule). A
-     * locker that set 2 meanwhile takes the lock after us and finds m free. */
+    /* Free m only under the queue lock. Once state_ is 0 a destroyer may
+     * find m idle, and it takes this lock to look at the queue, so our
+     * unlock of it is our last access (the destroy rule). A locker that set
+     * 2 meanwhile takes the lock after us and finds m free. */
     qlock(plain, &m->lock_);
     STORE(&m->state_, 0);
     /* A waiter still asleep in the queue can be starving too: then the next
@@ -448,7 +472,54 @@ static inline int mutex_release(fern_mutex *m, bool plain, void *self)
     qunlock(plain, &m->lock_);
     if (wt)
         waiter_release(wt, 0);
+}
+
+/* Unlock for the caller self, inside an operation on m in the given mode:
+ * the whole of it. */
+static __attribute__((noinline)) int mutex_release_slow(fern_mutex *m, bool plain, void *self)
+{
+    if (LOAD_RELAXED(&m->owner_) != self)
+        return EPERM;
+    if (LOAD_RELAXED(&m->handoff_) && mutex_handoff(m, plain))
+        return 0;
+    STORE_RELAXED(&m->owner_, NULL);
+    if (!cas_p(plain, &m->state_, 1, 0))
+        mutex_wake(m, plain);
     return 0;
+}
+
+/* mutex_release_slow for a caller that has seen that it owns m, with the
+ * common case inline: no hand-off, nobody queued. */
+static inline __attribute__((always_inline)) void mutex_release_owned(fern_mutex *m, bool plain,
+                                                                     void *self)
+{
+    if (unlikely(LOAD_RELAXED(&m->handoff_))) {
+        mutex_release_slow(m, plain, self);
+        return;
+    }
+    STORE_RELAXED(&m->owner_, NULL);
+    if (unlikely(!cas_p(plain, &m->state_, 1, 0)))
+        mutex_wake(m, plain);
+}
+
+/* fern_mutex_unlock's cases other than the common one, each ending the
+ * operation (fern_mutex_unlock jumps here, so its own path saves no
+ * registers): mode < 0, the bias to be settled first; otherwise the
+ * operation is open in that mode and `freed` says whether the fast path
+ * cleared owner_ and failed its CAS (waiters maybe), or stopped before
+ * (not the owner, or hand-off mode). */
+static __attribute__((noinline)) int mutex_unlock_slow(fern_mutex *m, struct caller me, int mode,
+                                                       bool freed)
+{
+    int r = 0;
+    if (freed) {
+        mutex_wake(m, mode);
+    } else {
+        bool plain = mode >= 0 ? mode : bias_enter(&m->bias_, &me);
+        r = mutex_release_slow(m, plain, caller_self(&me));
+    }
+    bias_end(&me);
+    return r;
 }
 
 int fern_mutex_unlock(fern_mutex *m)
@@ -457,10 +528,15 @@ int fern_mutex_unlock(fern_mutex *m)
         return EINVAL;
     struct caller me;
     caller_get(&me);
-    bool plain = bias_enter(&m->bias_, &me);
-    int r = mutex_release(m, plain, caller_self(&me));
+    int mode = bias_try(&m->bias_, &me);
+    if (unlikely(mode < 0) || unlikely(LOAD_RELAXED(&m->owner_) != caller_self(&me)) ||
+        unlikely(LOAD_RELAXED(&m->handoff_)))
+        return mutex_unlock_slow(m, me, mode, false);
+    STORE_RELAXED(&m->owner_, NULL);
+    if (unlikely(!cas_p(mode, &m->state_, 1, 0)))
+        return mutex_unlock_slow(m, me, mode, true);
     bias_end(&me);
-    return r;
+    return 0;
 }
 
 int fern_cond_init(fern_cond *c)
@@ -483,14 +559,15 @@ int fern_cond_destroy(fern_cond *c)
     return r;
 }
 
-int fern_cond_timedwait(fern_cond *c, fern_mutex *m, int64_t deadline_ns)
+/* fern_cond_timedwait after its argument checks, for the caller me, whose
+ * green thread is t (NULL for a plain thread). Inlined twice: for the
+ * common wait, a green thread's without a deadline, with both known (no
+ * test of t or of the deadline is left in it), and for the others. */
+static inline __attribute__((always_inline)) int cond_wait(fern_cond *c, fern_mutex *m,
+                                                           int64_t deadline_ns, struct caller me,
+                                                           fern_thread *t)
 {
-    if (!c || !m || deadline_ns < 0)
-        return EINVAL;
-    struct caller me;
-    caller_get(&me);
-    void *self = caller_self(&me); /* the same after the park */
-    fern_thread *t = caller_thread(&me);
+    void *self = token_of(t); /* the same after the park */
     bool pc, pm;
     bias_enter2(&c->bias_, &pc, &m->bias_, &pm, &me);
     if (LOAD_RELAXED(&m->owner_) != self) {
@@ -508,18 +585,19 @@ int fern_cond_timedwait(fern_cond *c, fern_mutex *m, int64_t deadline_ns)
     waitq_push(&c->waiters_, &wt);
     /* Count ourselves in m until we hold it again (the destroy rule). */
     users_add(pm, m, 1);
-    mutex_release(m, pm, self);
+    mutex_release_owned(m, pm, self);
     wait_note_t(t, "cond", c);
-    int st = waiter_wait(&wt, pc ? NULL : &c->lock_, deadline_ns); /* ends the operation */
+    /* Ends the operation. */
+    int st = waiter_wait_as(&wt, t, pc ? NULL : &c->lock_, deadline_ns);
     wait_note_t(t, NULL, NULL);
-    if (st == W_TIMEDOUT) {
+    if (unlikely(st == W_TIMEDOUT)) {
         caller_get(&me);
         pc = bias_enter(&c->bias_, &me);
         qlock(pc, &c->lock_);
         waitq_unlink(&wt);
         qunlock(pc, &c->lock_);
         bias_end(&me);
-    } else if (wt.p->result == 1) {
+    } else if (unlikely(wt.p->result == 1)) {
         /* Moved to m by a broadcast and handed m: we own it. */
         caller_get(&me);
         pm = bias_enter(&m->bias_, &me);
@@ -531,9 +609,46 @@ int fern_cond_timedwait(fern_cond *c, fern_mutex *m, int64_t deadline_ns)
     return st == W_TIMEDOUT ? ETIMEDOUT : 0;
 }
 
+static __attribute__((noinline)) int cond_wait_other(fern_cond *c, fern_mutex *m,
+                                                     int64_t deadline_ns, struct caller me)
+{
+    return cond_wait(c, m, deadline_ns, me, caller_thread(&me));
+}
+
+int fern_cond_timedwait(fern_cond *c, fern_mutex *m, int64_t deadline_ns)
+{
+    if (!c || !m || deadline_ns < 0)
+        return EINVAL;
+    struct caller me;
+    caller_get(&me);
+    fern_thread *t = caller_thread(&me);
+    if (likely(t != NULL) && deadline_ns == FERN_FOREVER)
+        return cond_wait(c, m, FERN_FOREVER, me, t);
+    return cond_wait_other(c, m, deadline_ns, me);
+}
+
 int fern_cond_wait_body(fern_cond *c, fern_mutex *m)
 {
     return fern_cond_timedwait(c, m, FERN_FOREVER);
+}
+
+/* fern_cond_signal's cases other than the common one, each ending the
+ * operation (fern_cond_signal jumps here, so its own path saves no
+ * registers): mode < 0, the bias to be settled first; otherwise the
+ * operation is open in that mode, and `locked` says whether c's lock is
+ * held (in shared mode) already. */
+static __attribute__((noinline)) int cond_signal_slow(fern_cond *c, struct caller me, int mode,
+                                                      bool locked)
+{
+    bool plain = mode >= 0 ? mode : bias_enter(&c->bias_, &me);
+    if (!locked)
+        qlock(plain, &c->lock_);
+    struct waiter *wt = waitq_claim_one(&c->waiters_);
+    qunlock(plain, &c->lock_);
+    bias_end(&me);
+    if (wt)
+        waiter_release(wt, 0);
+    return 0;
 }
 
 int fern_cond_signal(fern_cond *c)
@@ -542,13 +657,20 @@ int fern_cond_signal(fern_cond *c)
         return EINVAL;
     struct caller me;
     caller_get(&me);
-    bool plain = bias_enter(&c->bias_, &me);
-    qlock(plain, &c->lock_);
-    struct waiter *wt = waitq_claim_one(&c->waiters_);
-    qunlock(plain, &c->lock_);
+    int mode = bias_try(&c->bias_, &me);
+    if (unlikely(mode < 0) || (!mode && unlikely(!spin_trylock(&c->lock_))))
+        return cond_signal_slow(c, me, mode, false);
+    /* The common case: no waiter, or a solo one (untimed) first. */
+    struct waiter *wt = c->waiters_.head;
+    if (wt) {
+        if (unlikely(!wt->p->solo))
+            return cond_signal_slow(c, me, mode, true);
+        waitq_claim_solo(&c->waiters_, wt);
+    }
+    qunlock(mode, &c->lock_);
     bias_end(&me);
     if (wt)
-        waiter_release(wt, 0);
+        waiter_release_inline(wt, 0, false);
     return 0;
 }
 

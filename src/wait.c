@@ -123,9 +123,9 @@ static void unlock_spin(void *l) { spin_unlock(l); }
 
 /* Post-switch action of a green thread parking without a deadline under one
  * spin lock or none (a biased object's queue): the common case, without
- * after_wait's indirections. Both end the parking thread's operation on
- * biased objects (bias.c). */
-static void after_wait_spin(struct worker *w, fern_thread *prev, void *arg)
+ * after_wait's indirections (also waiter_wait_as's, internal.h). Both end
+ * the parking thread's operation on biased objects (bias.c). */
+void after_wait_spin(struct worker *w, fern_thread *prev, void *arg)
 {
     if (arg)
         spin_unlock(arg);
@@ -205,27 +205,13 @@ int waiter_wait(struct waiter *wt, uint32_t *lock, int64_t deadline)
     return park(wt->p, lock ? unlock_spin : NULL, lock, deadline);
 }
 
-static inline __attribute__((always_inline)) void release(struct waiter *wt, int result, bool tail)
-{
-    struct parker *p = wt->p;
-    fern_thread *t = p->thread;
-    p->result = result;
-    STORE(&p->state, W_WOKEN);
-    if (!t)
-        futex_wake(&p->state, 1); /* p may be gone already: futex_wake on a stale address is harmless */
-    else if (tail)
-        sched_ready_tail(t);
-    else
-        sched_ready(t);
-}
-
-void waiter_release(struct waiter *wt, int result) { release(wt, result, false); }
+void waiter_release(struct waiter *wt, int result) { waiter_release_inline(wt, result, false); }
 
 bool waiter_wake(struct waiter *wt)
 {
     if (!waiter_claim(wt))
         return false;
-    release(wt, 0, false);
+    waiter_release_inline(wt, 0, false);
     return true;
 }
 
@@ -233,7 +219,7 @@ bool waiter_wake_tail(struct waiter *wt)
 {
     if (!waiter_claim(wt))
         return false;
-    release(wt, 0, true);
+    waiter_release_inline(wt, 0, true);
     return true;
 }
 
