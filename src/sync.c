@@ -287,6 +287,23 @@ static __attribute__((noinline)) int mutex_lock_slow(fern_mutex *m, int64_t dead
     return 0;
 }
 
+/* The lock once the caller's operation on m is open in the given mode:
+ * the uncontended CAS, else the slow path. */
+static inline __attribute__((always_inline)) int mutex_lock_open(fern_mutex *m, int64_t deadline,
+                                                                bool counted, struct caller *me,
+                                                                bool plain)
+{
+    if (likely(cas_p(plain, &m->state_, 0, 1))) {
+        STORE_RELAXED(&m->owner_, caller_self(me));
+        if (counted)
+            users_add(plain, m, -1);
+        bias_end(me);
+        return 0;
+    }
+    bias_end(me);
+    return mutex_lock_slow(m, deadline, counted);
+}
+
 /* The lock when m's mode is not known yet: its first use, or a bias being
  * revoked. Kept out of mutex_lock, whose fast path then makes no call but
  * tail calls and saves no registers. */
@@ -296,15 +313,7 @@ static __attribute__((noinline, cold)) int mutex_lock_settle(fern_mutex *m, int6
     struct caller me;
     caller_get(&me);
     bool plain = bias_enter(&m->bias_, &me);
-    if (cas_p(plain, &m->state_, 0, 1)) {
-        STORE_RELAXED(&m->owner_, caller_self(&me));
-        if (counted)
-            users_add(plain, m, -1);
-        bias_end(&me);
-        return 0;
-    }
-    bias_end(&me);
-    return mutex_lock_slow(m, deadline, counted);
+    return mutex_lock_open(m, deadline, counted, &me, plain);
 }
 
 /* counted: the caller is counted in users_ and leaves it once it holds m
@@ -316,15 +325,7 @@ static inline __attribute__((always_inline)) int mutex_lock(fern_mutex *m, int64
     int mode = bias_try(&m->bias_, &me);
     if (unlikely(mode < 0))
         return mutex_lock_settle(m, deadline, counted);
-    if (likely(cas_p(mode, &m->state_, 0, 1))) {
-        STORE_RELAXED(&m->owner_, caller_self(&me));
-        if (counted)
-            users_add(mode, m, -1);
-        bias_end(&me);
-        return 0;
-    }
-    bias_end(&me);
-    return mutex_lock_slow(m, deadline, counted);
+    return mutex_lock_open(m, deadline, counted, &me, mode);
 }
 
 int fern_mutex_lock(fern_mutex *m)
