@@ -367,19 +367,23 @@ static inline void runq_prefetch(struct worker *w, uint32_t head, uint32_t tail)
     if (left - (PREFETCH_STACK + 1) < RUNQ_SIZE - PREFETCH_STACK) {
         fern_thread *a = LOAD_RELAXED(&w->rq[(head + PREFETCH_STACK) % RUNQ_SIZE]);
         char *sp = LOAD_RELAXED(&a->sp);
+        /* A thread that never ran has no saved stack; its descriptor was
+         * just written by its spawner, most likely on this core: a ring of
+         * new threads (a fork-join) is left alone. */
         if (sp) {
             __builtin_prefetch(sp, 1);
             __builtin_prefetch(sp + 64, 1);
             __builtin_prefetch(sp + 128, 1);
             __builtin_prefetch(sp + 192, 1);
+            if (left > PREFETCH_DESC)
+                __builtin_prefetch(LOAD_RELAXED(&w->rq[(head + PREFETCH_DESC) % RUNQ_SIZE]), 1);
         }
-        if (left > PREFETCH_DESC)
-            __builtin_prefetch(LOAD_RELAXED(&w->rq[(head + PREFETCH_DESC) % RUNQ_SIZE]), 1);
     }
 }
 
-/* `owned`: the caller is inside a ring section (ring_enter returned true). */
-static inline fern_thread *runq_get(struct worker *w, bool owned)
+/* `owned`: the caller is inside a ring section (ring_enter returned true).
+ * `prefetch`: look ahead in the ring (runq_prefetch). */
+static inline fern_thread *runq_get(struct worker *w, bool owned, bool prefetch)
 {
     if (w->alone) {
         /* In the caller's section (a yield), or in one of its own. */
@@ -390,7 +394,8 @@ static inline fern_thread *runq_get(struct worker *w, bool owned)
             if (head != w->rq_tail) {
                 t = LOAD_RELAXED(&w->rq[head % RUNQ_SIZE]);
                 STORE_RELAXED(&w->rq_head, head + 1);
-                runq_prefetch(w, head, w->rq_tail);
+                if (prefetch)
+                    runq_prefetch(w, head, w->rq_tail);
             }
             if (own)
                 ring_leave(w);
@@ -404,7 +409,8 @@ static inline fern_thread *runq_get(struct worker *w, bool owned)
             return NULL;
         fern_thread *t = LOAD_RELAXED(&w->rq[head % RUNQ_SIZE]);
         if (CAS(&w->rq_head, &head, head + 1)) {
-            runq_prefetch(w, head, tail);
+            if (prefetch)
+                runq_prefetch(w, head, tail);
             return t;
         }
     }
@@ -676,9 +682,11 @@ static __attribute__((noinline)) fern_thread *inbox_take(struct worker *w)
  * the inbox (inbox_take: a walk of up to INBOX_BATCH cold descriptors and
  * perhaps a futex wake). A thread parking on a wait queue still holds the
  * queue's spin lock (released by its after-switch function): it takes one
- * thread from the inbox, as before. */
+ * thread from the inbox, as before. `prefetch` as in runq_get: not on
+ * the exit path, where the ring is most often a fork-join's new threads,
+ * written on this core (12 instructions per spawn+join for nothing). */
 static inline __attribute__((always_inline)) fern_thread *pick_next(struct worker *w, bool owned,
-                                                                     bool batch)
+                                                                     bool batch, bool prefetch)
 {
     fern_thread *t;
     uint32_t tick = ++w->tick;
@@ -701,7 +709,7 @@ static inline __attribute__((always_inline)) fern_thread *pick_next(struct worke
         }
     }
     w->next_streak = 0;
-    if ((t = runq_get(w, owned)) != NULL)
+    if ((t = runq_get(w, owned, prefetch)) != NULL)
         return t;
     if ((t = tqueue_pop(&w->pinned)) != NULL)
         return t;
@@ -784,7 +792,7 @@ static inline __attribute__((always_inline)) void park(after_fn fn, void *arg, b
     w->after = fn;
     w->after_prev = cur;
     w->after_arg = arg;
-    next = pick_next(w, false, unlocked);
+    next = pick_next(w, false, unlocked, true);
     if (next && !next->sp && !(stack_ready(w, next->stack_cls) && stack_bind(w, next))) {
         /* Binding a stack that is not in the cache may fault in a page and
          * take a system call, which must not happen while the parking
@@ -835,7 +843,7 @@ void sched_exit(after_fn fn, void *arg)
     fern_thread *next;
     STORE_RELAXED(&cur->run_state, T_EXITING);
     PROBE1(exit, cur->id);
-    next = pick_next(w, false, true);
+    next = pick_next(w, false, true, false);
     /* Not while threads wait for a stack (stack_starved): the stack goes
      * back through the pool, which serves them first. */
     if (next && !next->sp && cur->stack && next->stack_cls == cur->stack_cls &&
@@ -868,7 +876,7 @@ void sched_yield_green(struct worker *w)
      * so nobody else takes cur from the ring before its context is saved
      * (invariant 1). */
     bool owned = w->alone && ring_enter(w);
-    fern_thread *next = pick_next(w, owned, true);
+    fern_thread *next = pick_next(w, owned, true, true);
     if (!next) {
         if (owned)
             ring_leave(w);
@@ -877,7 +885,7 @@ void sched_yield_green(struct worker *w)
          * that only yields would keep parked readers waiting. */
         if ((w->tick & 63) == 0 && io_active() && !io_poll_owned()) {
             io_poll_nonblocking();
-            next = pick_next(w, false, true);
+            next = pick_next(w, false, true, true);
         }
         if (!next)
             return;
@@ -918,7 +926,7 @@ void sched_yield_pinned(struct worker *w)
         timers_run(w, fern_now_ns());
     fern_thread *next = tqueue_pop(&w->cluster->inbox);
     if (!next)
-        next = pick_next(w, false, false);
+        next = pick_next(w, false, false, true);
     if (!next)
         return;
     if (!next->sp && !(stack_ready(w, next->stack_cls) && stack_bind(w, next))) {
@@ -1172,7 +1180,7 @@ static fern_thread *find_work(struct worker *w)
             break;
         if (LOAD_RELAXED(&w->timers.n) && timers_run(w, fern_now_ns()))
             continue;
-        if ((t = pick_next(w, false, true)) != NULL)
+        if ((t = pick_next(w, false, true, true)) != NULL)
             break;
         unsigned nw = LOAD(&c->nworkers);
         if (nw > 1 && (t = steal_some(w, c, nw)) != NULL)
