@@ -666,13 +666,16 @@ static __attribute__((noinline)) fern_thread *inbox_take(struct worker *w)
         STORE_RELAXED(&w->rq[(tail_ix + i - 1) % RUNQ_SIZE], x);
         x = after;
     }
-    if (keep > 1) {
+    if (keep > 1)
         STORE(&w->rq_tail, tail_ix + keep - 1);
-        if (nw > 1 && LOAD_RELAXED(&c->nidle))
-            cluster_wake(c);
-    }
     if (keep < n)
         tqueue_push_list_front(&c->inbox, x, tail, n - keep);
+    /* While the list was out of the inbox, a worker going to sleep could
+     * find neither it nor our ring's new threads: after publishing both,
+     * the producer's side of the no-lost-wake-up protocol (cluster_wake's
+     * full fence, then nidle), once per batch. */
+    if (nw > 1)
+        cluster_wake(c);
     return t;
 }
 
