@@ -222,21 +222,36 @@ static inline int chan_wait_dir(fern_chan *ch, void *elem, bool send, int64_t de
                      deadline, try_only);
 }
 
+/* chan_op under ch's lock: the attempt, then the wait or the unlock and the
+ * claimed waiter's wake-up (a claimed waiter means success), `inline_wake`
+ * on the fast path only. */
+static inline __attribute__((always_inline)) int chan_op_locked(fern_chan *ch, void *elem, bool send,
+                                                                int64_t deadline, bool try_only,
+                                                                bool inline_wake)
+{
+    struct waiter *wake = NULL;
+    int r = send ? try_send_locked(ch, elem, &wake) : try_recv_locked(ch, elem, &wake);
+    if (r == EAGAIN)
+        return chan_wait_dir(ch, elem, send, deadline, try_only);
+    spin_unlock(&ch->lock);
+    if (wake) {
+        if (inline_wake)
+            waiter_release_inline(wake, 0, false);
+        else
+            waiter_release(wake, 0);
+        return 0;
+    }
+    return r;
+}
+
 /* The whole of chan_op but its argument checks, out of line: the cases
  * chan_op leaves to it. `locked`: the caller holds ch's lock already. */
 static __attribute__((noinline)) int chan_op_slow(fern_chan *ch, void *elem, bool send,
                                                   int64_t deadline, bool try_only, bool locked)
 {
-    struct waiter *wake = NULL;
     if (!locked)
         spin_lock(&ch->lock);
-    int r = send ? try_send_locked(ch, elem, &wake) : try_recv_locked(ch, elem, &wake);
-    if (r == EAGAIN)
-        return chan_wait_dir(ch, elem, send, deadline, try_only);
-    spin_unlock(&ch->lock);
-    if (wake)
-        waiter_release(wake, 0);
-    return r;
+    return chan_op_locked(ch, elem, send, deadline, try_only, false);
 }
 
 /* Inlined into each entry point, so that send and recv each get their own
@@ -256,16 +271,7 @@ static inline __attribute__((always_inline)) int chan_op(fern_chan *ch, void *el
     struct waiter *other = (send ? ch->recvq : ch->sendq).head;
     if (other && unlikely(!other->p->solo))
         return chan_op_slow(ch, elem, send, deadline, try_only, true);
-    struct waiter *wake = NULL;
-    int r = send ? try_send_locked(ch, elem, &wake) : try_recv_locked(ch, elem, &wake);
-    if (r == EAGAIN)
-        return chan_wait_dir(ch, elem, send, deadline, try_only);
-    spin_unlock(&ch->lock);
-    if (wake) {
-        waiter_release_inline(wake, 0, false);
-        return 0; /* a claimed waiter means success */
-    }
-    return r;
+    return chan_op_locked(ch, elem, send, deadline, try_only, true);
 }
 
 int fern_chan_send_body(fern_chan *ch, const void *elem)

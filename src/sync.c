@@ -475,6 +475,15 @@ static __attribute__((noinline)) void mutex_wake(fern_mutex *m, bool plain)
         waiter_release(wt, 0);
 }
 
+/* Free m, held by the caller (no hand-off): the CAS 1 -> 0, else the
+ * queue's turn. */
+static inline __attribute__((always_inline)) void mutex_free(fern_mutex *m, bool plain)
+{
+    STORE_RELAXED(&m->owner_, NULL);
+    if (unlikely(!cas_p(plain, &m->state_, 1, 0)))
+        mutex_wake(m, plain);
+}
+
 /* Unlock for the caller self, inside an operation on m in the given mode:
  * the whole of it. */
 static __attribute__((noinline)) int mutex_release_slow(fern_mutex *m, bool plain, void *self)
@@ -483,9 +492,7 @@ static __attribute__((noinline)) int mutex_release_slow(fern_mutex *m, bool plai
         return EPERM;
     if (LOAD_RELAXED(&m->handoff_) && mutex_handoff(m, plain))
         return 0;
-    STORE_RELAXED(&m->owner_, NULL);
-    if (!cas_p(plain, &m->state_, 1, 0))
-        mutex_wake(m, plain);
+    mutex_free(m, plain);
     return 0;
 }
 
@@ -498,9 +505,7 @@ static inline __attribute__((always_inline)) void mutex_release_owned(fern_mutex
         mutex_release_slow(m, plain, self);
         return;
     }
-    STORE_RELAXED(&m->owner_, NULL);
-    if (unlikely(!cas_p(plain, &m->state_, 1, 0)))
-        mutex_wake(m, plain);
+    mutex_free(m, plain);
 }
 
 /* fern_mutex_unlock's cases other than the common one, each ending the
