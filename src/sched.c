@@ -928,8 +928,8 @@ void sched_yield_pinned(struct worker *w)
     if (LOAD_RELAXED(&w->timers.n))
         timers_run(w, fern_now_ns());
     fern_thread *next = tqueue_pop(&w->cluster->inbox);
-    if (!next)
-        next = pick_next(w, false, false, true);
+    if (!next) /* preempted outside fern: no fern lock held (preempt.c) */
+        next = pick_next(w, false, true, true);
     if (!next)
         return;
     if (!next->sp && !(stack_ready(w, next->stack_cls) && stack_bind(w, next))) {
