@@ -469,6 +469,25 @@ struct tqueue {
 };
 static inline uint32_t tqueue_len(struct tqueue *q) { return LOAD_RELAXED(&q->n); }
 
+/* A cluster's inbox (sched.c): a FIFO of runnable threads under a spin
+ * lock, kept as an array of pointers used as a ring (a power of two in
+ * size, doubled when full, kept at its largest until the cluster goes), so
+ * a worker taking a batch copies pointers rather than walking descriptors
+ * another core wrote, one dependent miss each. If the array cannot grow (no
+ * memory), threads queue behind its contents on a list linked through
+ * t->link. n (array + list) is also read without the lock, relaxed, as a
+ * hint: inbox_len. */
+struct inbox {
+    uint32_t lock;
+    uint32_t n;
+    uint32_t head;              /* array index of the oldest thread */
+    uint32_t cnt;               /* threads in the array */
+    uint32_t cap;               /* array size, a power of two */
+    fern_thread **slot;
+    fern_thread *lhead, *ltail; /* overflow list, after the array's threads */
+};
+static inline uint32_t inbox_len(struct inbox *q) { return LOAD_RELAXED(&q->n); }
+
 struct worker {
     /* hot, owner-written */
     fern_thread *cur;           /* running thread, or &g0 */
@@ -566,7 +585,7 @@ struct worker {
 };
 
 struct fern_cluster {
-    struct tqueue inbox;
+    struct inbox inbox;
     uint32_t idle_lock;
     uint32_t nidle;
     uint32_t nspinning;         /* idle workers spinning before they sleep */
@@ -765,7 +784,6 @@ static inline void bias_idle(struct worker *w)
 int cluster_start(struct fern_cluster **out, unsigned nworkers);
 void cluster_stop(struct fern_cluster *c);
 void cluster_wake(struct fern_cluster *c);
-void inbox_push(struct fern_cluster *c, fern_thread *t);
 void inbox_push_wake(struct fern_cluster *c, fern_thread *t);
 
 /* A compensation worker's life (worker.spare). Started by the monitor

@@ -165,7 +165,7 @@ static bool watch_cluster(struct fern_cluster *c, int64_t now)
         int64_t ran = now - w->mon_since;
         if (LOAD_RELAXED(&w->timers.n) && timers_next(w) <= now)
             timers_run(w, now);
-        bool waiting = worker_has_queued(w) || tqueue_len(&c->inbox);
+        bool waiting = worker_has_queued(w) || inbox_len(&c->inbox);
         /* The worker keeps its slices itself, in its CPU time (preempt.c),
          * on its own ticks, which the kernel checks only at its scheduler
          * tick while the worker runs: the monitor adds a tick when a woken
@@ -174,7 +174,7 @@ static bool watch_cluster(struct fern_cluster *c, int64_t now)
          * the worker by little CPU: the worker waited for a CPU too. */
         if (M.preempt) {
             int tid = LOAD_RELAXED(&w->tid);
-            bool wake = tqueue_len(&c->inbox) != 0;
+            bool wake = inbox_len(&c->inbox) != 0;
             int64_t start = preempt_slice_start(w, sw);
             bool used = waiting && thread_cpu_ns(tid) - (start ? start : w->mon_cpu) >= M.slice_ns;
             if ((wake || used) && !task_sleeping(tid))
@@ -199,7 +199,7 @@ static bool watch_cluster(struct fern_cluster *c, int64_t now)
     STORE_RELAXED(&c->stuck, nstuck > 0);
     /* Work waits in the inbox, some worker is stuck, and every live worker
      * has kept one thread for a slice or more: nobody is about to run it. */
-    if (nstuck && nlong == nlive && !nfree && tqueue_len(&c->inbox) &&
+    if (nstuck && nlong == nlive && !nfree && inbox_len(&c->inbox) &&
         spare_start(c) == 0)
         STORE_RELAXED(&M.spares_started, M.spares_started + 1);
     return busy;

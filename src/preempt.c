@@ -308,7 +308,7 @@ __attribute__((no_sanitize("address"))) static void preempt_tick(struct worker *
     }
     int64_t used = cpu - w->slice_start;
     bool expired = used >= P.slice_ns;
-    bool inbox = tqueue_len(&w->cluster->inbox) != 0;
+    bool inbox = inbox_len(&w->cluster->inbox) != 0;
     bool queued = expired && (inbox || worker_has_queued(w));
     /* Only hints so far: a due timer is confirmed below, under its lock. */
     if (!queued && !inbox && !LOAD_RELAXED(&w->timers.n))

@@ -106,9 +106,9 @@
  *             wait for the 1 ms re-look (on x86 both compile to plain movs).
  *   nspinning relaxed increment (a hint for wakers), seq_cst decrement
  *             before the spinner's last look, ordered with hand-offs.
- *   tqueue n  (inbox, pinned) relaxed: a hint read outside the queue's
- *             lock; the list itself is only touched under that
- *             (acquire/release) spin lock.
+ *   n of a tqueue (pinned) or the inbox: relaxed, a hint read outside
+ *             the queue's lock; the list or array itself is only touched
+ *             under that (acquire/release) spin lock.
  *   stopping, rt.running: release store, acquire loads: whoever sees the
  *             flag also sees what was set up or torn down before it.
  *   wakers    relaxed increment (the caller still holds the cluster), release
@@ -180,48 +180,18 @@ __attribute__((noinline)) void errno_set(int e)
 /* Run queues                                                                */
 /* ------------------------------------------------------------------------ */
 
-/* Make t runnable on cluster c from outside c's workers and wake one of
- * them. Once t is in the inbox it may run, finish, and its cluster be
- * destroyed: c->wakers keeps cluster_stop from freeing c until the wake is
- * done. */
-void inbox_push_wake(struct fern_cluster *c, fern_thread *t)
-{
-    ADD_RELAXED(&c->wakers, 1);
-    inbox_push(c, t);
-    cluster_wake(c);
-    __atomic_fetch_sub(&c->wakers, 1, __ATOMIC_RELEASE);
-}
-
-/* Append the list head..tail of n threads to q. */
-static void tqueue_push_list(struct tqueue *q, fern_thread *head, fern_thread *tail, uint32_t n)
-{
-    spin_lock(&q->lock);
-    if (q->tail)
-        q->tail->link = head;
-    else
-        q->head = head;
-    q->tail = tail;
-    STORE_RELAXED(&q->n, q->n + n);
-    spin_unlock(&q->lock);
-}
-
-/* Put the list head..tail of n threads at the front of q. */
-static void tqueue_push_list_front(struct tqueue *q, fern_thread *head, fern_thread *tail, uint32_t n)
-{
-    spin_lock(&q->lock);
-    tail->link = q->head;
-    if (!q->head)
-        q->tail = tail;
-    q->head = head;
-    STORE_RELAXED(&q->n, q->n + n);
-    spin_unlock(&q->lock);
-}
-
 static void tqueue_push(struct tqueue *q, fern_thread *t)
 {
     STORE_RELAXED(&t->run_state, T_RUNNABLE);
     t->link = NULL;
-    tqueue_push_list(q, t, t, 1);
+    spin_lock(&q->lock);
+    if (q->tail)
+        q->tail->link = t;
+    else
+        q->head = t;
+    q->tail = t;
+    STORE_RELAXED(&q->n, q->n + 1);
+    spin_unlock(&q->lock);
 }
 
 static void tqueue_push_front(struct tqueue *q, fern_thread *t)
@@ -265,7 +235,148 @@ static fern_thread *tqueue_take(struct tqueue *q, fern_thread **tail, uint32_t *
     return head;
 }
 
-void inbox_push(struct fern_cluster *c, fern_thread *t) { tqueue_push(&c->inbox, t); }
+/* ---- the cluster inbox (struct inbox, internal.h) ---- */
+#define INBOX_CAP0 256u
+
+static int inbox_init(struct inbox *q)
+{
+    q->slot = malloc(INBOX_CAP0 * sizeof *q->slot);
+    if (!q->slot)
+        return ENOMEM;
+    q->cap = INBOX_CAP0;
+    return 0;
+}
+
+/* Room for m more threads in q's array (lock held), doubling it as needed;
+ * false if it cannot grow. malloc under the spin lock: producers wait for
+ * it once per doubling, and no code that holds malloc's lock takes this
+ * one (preemption never stops a thread inside libc: preempt.c). */
+static bool inbox_room(struct inbox *q, uint32_t m)
+{
+    if (q->cap - q->cnt >= m)
+        return true;
+    uint64_t cap = q->cap;
+    while (cap - q->cnt < m)
+        cap *= 2;
+    fern_thread **slot = cap <= (uint64_t)1 << 31 ? malloc(cap * sizeof *slot) : NULL;
+    if (!slot)
+        return false;
+    for (uint32_t i = 0; i < q->cnt; i++)
+        slot[i] = q->slot[(q->head + i) & (q->cap - 1)];
+    free(q->slot);
+    q->slot = slot;
+    q->cap = (uint32_t)cap;
+    q->head = 0;
+    return true;
+}
+
+/* Append t to q (lock held): to the array, or behind the overflow list if
+ * that is in use or the array cannot grow. */
+static void inbox_add(struct inbox *q, fern_thread *t)
+{
+    if (!q->lhead && inbox_room(q, 1)) {
+        q->slot[(q->head + q->cnt) & (q->cap - 1)] = t;
+        q->cnt++;
+    } else {
+        t->link = NULL;
+        if (q->ltail)
+            q->ltail->link = t;
+        else
+            q->lhead = t;
+        q->ltail = t;
+    }
+    STORE_RELAXED(&q->n, q->n + 1);
+}
+
+/* Put the list head..tail of m threads at the front of q, in order. */
+static void inbox_push_front(struct inbox *q, fern_thread *head, fern_thread *tail, uint32_t m)
+{
+    spin_lock(&q->lock);
+    if (inbox_room(q, m)) {
+        q->head = (q->head - m) & (q->cap - 1);
+        fern_thread *x = head;
+        for (uint32_t i = 0; i < m; i++, x = x->link)
+            q->slot[(q->head + i) & (q->cap - 1)] = x;
+        q->cnt += m;
+    } else {
+        /* No memory: the array's threads join the list, behind these. */
+        fern_thread *x = tail;
+        for (uint32_t i = 0; i < q->cnt; i++) {
+            fern_thread *y = q->slot[(q->head + i) & (q->cap - 1)];
+            x->link = y;
+            x = y;
+        }
+        x->link = q->lhead;
+        if (!q->lhead)
+            q->ltail = x;
+        q->lhead = head;
+        q->cnt = 0;
+    }
+    STORE_RELAXED(&q->n, q->n + m);
+    spin_unlock(&q->lock);
+}
+
+static fern_thread *inbox_pop_locked(struct inbox *q)
+{
+    fern_thread *t;
+    if (q->cnt) {
+        t = q->slot[q->head];
+        q->head = (q->head + 1) & (q->cap - 1);
+        q->cnt--;
+    } else if ((t = q->lhead) != NULL) {
+        q->lhead = t->link;
+        if (!q->lhead)
+            q->ltail = NULL;
+    } else {
+        return NULL;
+    }
+    STORE_RELAXED(&q->n, q->n - 1);
+    return t;
+}
+
+static fern_thread *inbox_pop(struct inbox *q)
+{
+    if (inbox_len(q) == 0)
+        return NULL;
+    spin_lock(&q->lock);
+    fern_thread *t = inbox_pop_locked(q);
+    spin_unlock(&q->lock);
+    return t;
+}
+
+/* After threads were added to c's inbox, its lock still held: the
+ * producer's side of the no-lost-wake-up protocol (a full fence, then
+ * nidle). If a worker is to be woken, c->wakers is raised before the lock
+ * is dropped: until then no thread just added can run, finish and let its
+ * cluster be destroyed, and cluster_stop waits for wakers to fall to 0.
+ * The common case (nobody idle) costs the fence alone. */
+static inline bool inbox_wake_due(struct fern_cluster *c)
+{
+    full_fence();
+    if (!LOAD_RELAXED(&c->nidle))
+        return false;
+    ADD_RELAXED(&c->wakers, 1);
+    return true;
+}
+
+static void inbox_wake(struct fern_cluster *c)
+{
+    cluster_wake(c);
+    __atomic_fetch_sub(&c->wakers, 1, __ATOMIC_RELEASE);
+}
+
+/* Make t runnable on cluster c from outside c's workers and wake one of
+ * them if any is idle. */
+void inbox_push_wake(struct fern_cluster *c, fern_thread *t)
+{
+    STORE_RELAXED(&t->run_state, T_RUNNABLE);
+    spin_lock(&c->inbox.lock);
+    inbox_add(&c->inbox, t);
+    bool wake = inbox_wake_due(c);
+    spin_unlock(&c->inbox.lock);
+    if (wake)
+        inbox_wake(c);
+}
 
 /* Move half of a full ring plus t to the inbox, so a burst of spawns does not
  * stay on one worker. */
@@ -281,17 +392,16 @@ static void runq_spill(struct worker *w, fern_thread *t, uint32_t head)
     }
     /* The n slots behind the old head are ours now: thieves read only
      * between head and tail, and the owner reuses a slot only through its
-     * own tail, which is still n slots short of them. Link them in order. */
-    fern_thread *first = LOAD_RELAXED(&w->rq[head % RUNQ_SIZE]), *prev = first;
-    for (uint32_t i = 1; i < n; i++) {
-        fern_thread *x = LOAD_RELAXED(&w->rq[(head + i) % RUNQ_SIZE]);
-        prev->link = x;
-        prev = x;
-    }
-    prev->link = t;
-    t->link = NULL;
-    tqueue_push_list(&w->cluster->inbox, first, t, n + 1);
-    cluster_wake(w->cluster);
+     * own tail, which is still n slots short of them. */
+    struct fern_cluster *c = w->cluster;
+    spin_lock(&c->inbox.lock);
+    for (uint32_t i = 0; i < n; i++)
+        inbox_add(&c->inbox, LOAD_RELAXED(&w->rq[(head + i) % RUNQ_SIZE]));
+    inbox_add(&c->inbox, t);
+    bool wake = inbox_wake_due(c);
+    spin_unlock(&c->inbox.lock);
+    if (wake)
+        inbox_wake(c);
 }
 
 static inline void runq_put(struct worker *w, fern_thread *t)
@@ -371,12 +481,12 @@ static inline void runq_prefetch(struct worker *w, uint32_t head, uint32_t tail)
          * just written by its spawner, most likely on this core: a ring of
          * new threads (a fork-join) is left alone. */
         if (sp) {
-            __builtin_prefetch(sp, 1);
-            __builtin_prefetch(sp + 64, 1);
-            __builtin_prefetch(sp + 128, 1);
-            __builtin_prefetch(sp + 192, 1);
+            prefetch_w(sp);
+            prefetch_w(sp + 64);
+            prefetch_w(sp + 128);
+            prefetch_w(sp + 192);
             if (left > PREFETCH_DESC)
-                __builtin_prefetch(LOAD_RELAXED(&w->rq[(head + PREFETCH_DESC) % RUNQ_SIZE]), 1);
+                prefetch_w(LOAD_RELAXED(&w->rq[(head + PREFETCH_DESC) % RUNQ_SIZE]));
         }
     }
 }
@@ -502,7 +612,7 @@ static void cluster_wake_all(struct fern_cluster *c)
 static bool cluster_has_work(struct worker *w)
 {
     struct fern_cluster *c = w->cluster;
-    if (tqueue_len(&c->inbox) || LOAD_RELAXED(&c->stopping))
+    if (inbox_len(&c->inbox) || LOAD_RELAXED(&c->stopping))
         return true;
     unsigned n = LOAD(&c->nworkers);
     for (unsigned i = 0; i < n; i++)
@@ -630,8 +740,12 @@ void sched_pin(struct worker *w, fern_thread *t, bool front)
         tqueue_push(&w->pinned, t);
 }
 
-/* Most threads taken from the inbox at once (see inbox_take). */
-#define INBOX_BATCH (RUNQ_SIZE / 2)
+/* Most threads taken from the inbox at once (see inbox_take): copied
+ * under its lock, 64 lines at most. */
+#define INBOX_BATCH 128u
+/* Descriptors of a batch's first threads prefetched (runq_prefetch looks
+ * after the rest). */
+#define INBOX_PREFETCH 6u
 
 /* The inbox's next thread for w, whose ring is empty: with it, a share of
  * what waits there moves into the ring, so a worker fed through the inbox
@@ -639,41 +753,40 @@ void sched_pin(struct worker *w, fern_thread *t, bool front)
  * takes the inbox's lock once per batch rather than once per thread, and
  * the line holding it stays with the producers. A share: the inbox's
  * length over the cluster's workers (all of it for a one-worker cluster),
- * at most INBOX_BATCH; the rest goes back to the inbox's front, in order.
- * The list is walked outside the lock (its descriptors are cold: a walk
- * under the lock would hold producers off for every miss). */
+ * at most INBOX_BATCH. Only the array's threads are batched (the overflow
+ * list, used only when memory ran out, gives one at a time). */
 static __attribute__((noinline)) fern_thread *inbox_take(struct worker *w)
 {
     struct fern_cluster *c = w->cluster;
-    if (tqueue_len(&c->inbox) == 0)
+    struct inbox *q = &c->inbox;
+    if (inbox_len(q) == 0)
         return NULL;
-    fern_thread *tail;
-    uint32_t n;
-    fern_thread *t = tqueue_take(&c->inbox, &tail, &n);
-    if (!t || n == 1)
-        return t;
     uint32_t nw = LOAD_RELAXED(&c->nworkers);
-    uint32_t keep = nw > 1 ? n / nw + 1 : n;
-    if (keep > INBOX_BATCH)
-        keep = INBOX_BATCH;
+    spin_lock(&q->lock);
+    uint32_t n = q->n;
+    fern_thread *t = inbox_pop_locked(q);
+    uint32_t more = (nw > 1 ? n / nw + 1 : n) - 1;
+    if (more > INBOX_BATCH - 1)
+        more = INBOX_BATCH - 1;
+    if (more > q->cnt)
+        more = q->cnt;
     /* The ring was empty when pick_next looked and only its owner adds to
-     * it, so keep - 1 <= INBOX_BATCH threads fit. Each link is read before
-     * its thread is published: a thief may run it at once. */
-    fern_thread *x = t->link;
-    uint32_t tail_ix = w->rq_tail;
-    for (uint32_t i = 1; i < keep; i++) {
-        fern_thread *after = x->link;
-        STORE_RELAXED(&w->rq[(tail_ix + i - 1) % RUNQ_SIZE], x);
-        x = after;
-    }
-    if (keep > 1)
-        STORE(&w->rq_tail, tail_ix + keep - 1);
-    if (keep < n)
-        tqueue_push_list_front(&c->inbox, x, tail, n - keep);
-    /* While the list was out of the inbox, a worker going to sleep could
-     * find neither it nor our ring's new threads: after publishing both,
-     * the producer's side of the no-lost-wake-up protocol (cluster_wake's
-     * full fence, then nidle), once per batch. */
+     * it, so they fit. */
+    uint32_t tail = w->rq_tail;
+    for (uint32_t i = 0; i < more; i++)
+        STORE_RELAXED(&w->rq[(tail + i) % RUNQ_SIZE], q->slot[(q->head + i) & (q->cap - 1)]);
+    q->head = (q->head + more) & (q->cap - 1);
+    q->cnt -= more;
+    STORE_RELAXED(&q->n, q->n - more);
+    spin_unlock(&q->lock);
+    if (!more)
+        return t;
+    STORE(&w->rq_tail, tail + more);
+    for (uint32_t i = 0; i < more && i < INBOX_PREFETCH; i++)
+        prefetch_w(LOAD_RELAXED(&w->rq[(tail + i) % RUNQ_SIZE]));
+    /* The threads moved from the inbox to the ring, which a worker going
+     * to sleep may have looked at before they arrived: the producer's side
+     * of the no-lost-wake-up protocol for them, once per batch. */
     if (nw > 1)
         cluster_wake(c);
     return t;
@@ -698,7 +811,7 @@ static inline __attribute__((always_inline)) fern_thread *pick_next(struct worke
             timers_run(w, fern_now_ns());
         if ((t = tqueue_pop(&w->pinned)) != NULL)
             return t;
-        if ((t = tqueue_pop(&w->cluster->inbox)) != NULL)
+        if ((t = inbox_pop(&w->cluster->inbox)) != NULL)
             return t;
     }
     if ((t = LOAD_RELAXED(&w->next)) != NULL && w->next_streak < NEXT_STREAK_MAX) {
@@ -718,7 +831,7 @@ static inline __attribute__((always_inline)) fern_thread *pick_next(struct worke
         return t;
     if (LOAD_RELAXED(&w->next) && (t = __atomic_exchange_n(&w->next, NULL, __ATOMIC_ACQ_REL)))
         return t;
-    return batch ? inbox_take(w) : tqueue_pop(&w->cluster->inbox);
+    return batch ? inbox_take(w) : inbox_pop(&w->cluster->inbox);
 }
 
 /* Switch from cur to next on w. Returns on cur's context when it is resumed,
@@ -927,7 +1040,7 @@ void sched_yield_pinned(struct worker *w)
     w->pin_front = 0;
     if (LOAD_RELAXED(&w->timers.n))
         timers_run(w, fern_now_ns());
-    fern_thread *next = tqueue_pop(&w->cluster->inbox);
+    fern_thread *next = inbox_pop(&w->cluster->inbox);
     if (!next) /* preempted outside fern: no fern lock held (preempt.c) */
         next = pick_next(w, false, true, true);
     if (!next)
@@ -1315,11 +1428,16 @@ int cluster_start(struct fern_cluster **out, unsigned n)
         return ENOMEM;
     c->nworkers = n;
     c->nbase = n;
+    if (inbox_init(&c->inbox)) {
+        free(c);
+        return ENOMEM;
+    }
     for (unsigned i = 0; i < n; i++) {
         struct worker *w = worker_new(c, i, n == 1);
         if (!w) {
             for (unsigned j = 0; j < i; j++)
                 worker_free(c->workers[j]);
+            free(c->inbox.slot);
             free(c);
             return ENOMEM;
         }
@@ -1334,6 +1452,7 @@ int cluster_start(struct fern_cluster **out, unsigned n)
                 pthread_join(c->workers[j]->os, NULL);
             for (unsigned j = 0; j < n; j++)
                 worker_free(c->workers[j]);
+            free(c->inbox.slot);
             free(c);
             return EAGAIN;
         }
@@ -1470,19 +1589,15 @@ unsigned rescue_worker(struct worker *v, bool pinned_too)
             x->rescued_sw = UINT64_MAX;
             x->rescued = 1;
         }
-        tqueue_push_list_front(&v->cluster->inbox, pinned, pinned_tail, npinned);
+        inbox_push_front(&v->cluster->inbox, pinned, pinned_tail, npinned);
     }
-    fern_thread *head = NULL, *tail = NULL;
-    for (unsigned i = 0; i < n; i++) {
-        batch[i]->link = NULL;
-        if (tail)
-            tail->link = batch[i];
-        else
-            head = batch[i];
-        tail = batch[i];
+    if (n) {
+        struct inbox *q = &v->cluster->inbox;
+        spin_lock(&q->lock);
+        for (unsigned i = 0; i < n; i++)
+            inbox_add(q, batch[i]);
+        spin_unlock(&q->lock);
     }
-    if (n)
-        tqueue_push_list(&v->cluster->inbox, head, tail, n);
     cluster_wake(v->cluster);
     return n + npinned;
 }
@@ -1528,6 +1643,7 @@ void cluster_stop(struct fern_cluster *c)
     pthread_mutex_unlock(&rt.boot_lock);
     for (unsigned i = 0; i < c->nworkers; i++)
         worker_free(c->workers[i]);
+    free(c->inbox.slot);
     free(c);
 }
 
@@ -1727,7 +1843,7 @@ void sched_dump_clusters(FILE *f)
         fprintf(f, "cluster %p%s: %u workers, %u idle, %u spinning, %u threads, inbox %u\n",
                 (void *)c, c == rt.dflt ? " (default)" : "", c->nworkers, LOAD_RELAXED(&c->nidle),
                 LOAD_RELAXED(&c->nspinning),
-                (unsigned)cluster_live(c), tqueue_len(&c->inbox));
+                (unsigned)cluster_live(c), inbox_len(&c->inbox));
         for (unsigned i = 0; i < c->nworkers; i++) {
             struct worker *w = c->workers[i];
             uint32_t q = LOAD_RELAXED(&w->rq_tail) - LOAD_RELAXED(&w->rq_head);

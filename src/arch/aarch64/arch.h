@@ -19,6 +19,11 @@ static inline __attribute__((always_inline)) void prefetch(const void *p)
 {
     __asm__ volatile("prfm pldl1keep, %0" : : "Q"(*(const char *)p));
 }
+/* For a line about to be written (see x86_64/arch.h). */
+static inline __attribute__((always_inline)) void prefetch_w(const void *p)
+{
+    __asm__ volatile("prfm pstl1keep, %0" : : "Q"(*(const char *)p));
+}
 
 /* dmb ish. A seq_cst RMW on a local, the x86 trick, is not a fence here:
  * an acquire-release exclusive pair lets a later load be satisfied before
