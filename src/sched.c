@@ -237,6 +237,9 @@ static fern_thread *tqueue_take(struct tqueue *q, fern_thread **tail, uint32_t *
 
 /* ---- the cluster inbox (struct inbox, internal.h) ---- */
 #define INBOX_CAP0 256u
+/* An array larger than this (32 KiB) is freed when it empties: a burst of
+ * a million wake-ups leaves no 8 MiB array behind. */
+#define INBOX_KEEP 4096u
 
 static int inbox_init(struct inbox *q)
 {
@@ -255,7 +258,7 @@ static bool inbox_room(struct inbox *q, uint32_t m)
 {
     if (q->cap - q->cnt >= m)
         return true;
-    uint64_t cap = q->cap;
+    uint64_t cap = q->cap ? q->cap : INBOX_CAP0;
     while (cap - q->cnt < m)
         cap *= 2;
     fern_thread **slot = cap <= (uint64_t)1 << 31 ? malloc(cap * sizeof *slot) : NULL;
@@ -263,7 +266,7 @@ static bool inbox_room(struct inbox *q, uint32_t m)
         return false;
     for (uint32_t i = 0; i < q->cnt; i++)
         slot[i] = q->slot[(q->head + i) & (q->cap - 1)];
-    free(q->slot);
+    free(q->slot); /* NULL after inbox_shrink */
     q->slot = slot;
     q->cap = (uint32_t)cap;
     q->head = 0;
@@ -334,13 +337,28 @@ static fern_thread *inbox_pop_locked(struct inbox *q)
     return t;
 }
 
+/* The array, if it is empty and larger than INBOX_KEEP (lock held): the
+ * caller frees it after unlocking; the next push allocates a small one. */
+static fern_thread **inbox_shrink(struct inbox *q)
+{
+    if (q->cnt || q->cap <= INBOX_KEEP)
+        return NULL;
+    fern_thread **old = q->slot;
+    q->slot = NULL;
+    q->cap = 0;
+    q->head = 0;
+    return old;
+}
+
 static fern_thread *inbox_pop(struct inbox *q)
 {
     if (inbox_len(q) == 0)
         return NULL;
     spin_lock(&q->lock);
     fern_thread *t = inbox_pop_locked(q);
+    fern_thread **old = inbox_shrink(q);
     spin_unlock(&q->lock);
+    free(old);
     return t;
 }
 
@@ -778,7 +796,9 @@ static __attribute__((noinline)) fern_thread *inbox_take(struct worker *w)
     q->head = (q->head + more) & (q->cap - 1);
     q->cnt -= more;
     STORE_RELAXED(&q->n, q->n - more);
+    fern_thread **old = inbox_shrink(q);
     spin_unlock(&q->lock);
+    free(old);
     if (!more)
         return t;
     STORE(&w->rq_tail, tail + more);

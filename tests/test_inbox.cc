@@ -22,8 +22,8 @@
 using namespace fern_test;
 
 #if FERN_OWN_MALLOC
-static std::atomic<bool> refuse_growth{false};
-static std::atomic<int> refused{0};
+static std::atomic<bool> refuse_growth{false}, watch{false};
+static std::atomic<int> refused{0}, small_arrays{0};
 
 extern "C" void *__libc_malloc(size_t n);
 extern "C" void *malloc(size_t n) {
@@ -31,14 +31,18 @@ extern "C" void *malloc(size_t n) {
         refused.fetch_add(1, std::memory_order_relaxed);
         return nullptr;
     }
+    if (n == 2048 && watch.load(std::memory_order_relaxed)) // an inbox's first array: 256 slots
+        small_arrays.fetch_add(1, std::memory_order_relaxed);
     return __libc_malloc(n);
 }
 #endif
 
 // A backlog pushed from a plain thread behind a busy one-worker cluster,
 // while the inbox cannot grow past its first 256 slots: the rest go to the
-// overflow list. Each thread runs once, in push order; after malloc works
-// again, a second backlog grows the array as usual.
+// overflow list. Each thread runs once, in push order. Then, with malloc
+// working again, a backlog grows the array to 8,192 slots, which is freed
+// when it drains (more than 4,096), so the next backlog starts from a new
+// 256-slot array.
 TEST(Inbox, BacklogSurvivesARefusedGrowth) {
 #if !FERN_OWN_MALLOC
     GTEST_SKIP() << "the sanitizer's allocator cannot be replaced";
@@ -46,14 +50,16 @@ TEST(Inbox, BacklogSurvivesARefusedGrowth) {
     Watchdog wd(120, "BacklogSurvivesARefusedGrowth");
     fern_cluster *c = nullptr;
     ASSERT_EQ(0, fern_cluster_create(&c, 1));
-    constexpr int kN = 3000;
-    for (int round = 0; round < 2; round++) {
+    constexpr int kN = 5000;
+    for (int round = 0; round < 3; round++) {
         bool refuse = round == 0;
         std::vector<int> pos(kN, -1);
         std::vector<int> runs(kN, 0);
         std::vector<fern_thread *> ts(kN);
         std::atomic<int> seq{0};
         std::atomic<bool> release{false};
+        small_arrays.store(0);
+        watch.store(true);
         fern_thread *blocker = nullptr;
         ASSERT_EQ(0, spawn_on(&blocker, c, [&] {
             while (!release.load()) {
@@ -68,11 +74,16 @@ TEST(Inbox, BacklogSurvivesARefusedGrowth) {
                 runs[i]++;
             });
         refuse_growth.store(false);
+        watch.store(false);
         ASSERT_EQ(0, rc);
-        if (refuse)
+        if (refuse) {
             EXPECT_GT(refused.load(), 0) << "the inbox never asked to grow: the overflow list went untested";
-        else
+        } else {
             EXPECT_EQ(0, refused.load());
+        }
+        if (round == 2) {
+            EXPECT_GE(small_arrays.load(), 1) << "the drained 8,192-slot array was kept";
+        }
         release.store(true);
         ASSERT_EQ(0, fern_join(blocker, nullptr));
         for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
