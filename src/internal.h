@@ -585,12 +585,14 @@ struct worker {
 };
 
 struct fern_cluster {
+    /* The first line is what an inbox push touches: the inbox, live_ext
+     * (a migration adds to it under the inbox's lock) and nidle. */
     struct inbox inbox;
+    int64_t live_ext;           /* threads gained from outside its workers */
     uint32_t idle_lock;
     uint32_t nidle;
     uint32_t nspinning;         /* idle workers spinning before they sleep */
     uint32_t stopping;
-    int64_t live_ext;           /* threads gained from outside its workers */
     uint32_t wakers;            /* inbox pushes still inside cluster_wake */
     unsigned nworkers;          /* base workers + compensation slots in use;
                                  * grows (release) up to nbase + SPARES_MAX */
@@ -598,7 +600,9 @@ struct fern_cluster {
     uint32_t stuck;             /* the monitor saw a stuck worker at its last tick */
     struct fern_cluster *next_cluster;
     struct worker *workers[];   /* nworkers pointers */
-};
+} __attribute__((aligned(64)));
+_Static_assert(offsetof(struct fern_cluster, nidle) + sizeof(uint32_t) <= 64,
+               "an inbox push touches one line of its cluster");
 
 struct runtime {
     pthread_mutex_t boot_lock;

@@ -384,17 +384,24 @@ static void inbox_wake(struct fern_cluster *c)
 }
 
 /* Make t runnable on cluster c from outside c's workers and wake one of
- * them if any is idle. */
-void inbox_push_wake(struct fern_cluster *c, fern_thread *t)
+ * them if any is idle. `gained`: t has just joined c (a migration): c's
+ * live count goes up in the same lock hold, before t can run there, on the
+ * line the lock has brought in (a separate atomic add cost a migration
+ * a contended line and a second full fence). */
+static inline void inbox_push(struct fern_cluster *c, fern_thread *t, bool gained)
 {
     STORE_RELAXED(&t->run_state, T_RUNNABLE);
     spin_lock(&c->inbox.lock);
+    if (gained)
+        ADD_RELAXED(&c->live_ext, 1);
     inbox_add(&c->inbox, t);
     bool wake = inbox_wake_due(c);
     spin_unlock(&c->inbox.lock);
     if (wake)
         inbox_wake(c);
 }
+
+void inbox_push_wake(struct fern_cluster *c, fern_thread *t) { inbox_push(c, t, false); }
 
 /* Move half of a full ring plus t to the inbox, so a burst of spawns does not
  * stay on one worker. */
@@ -1139,9 +1146,7 @@ void sched_spawned(fern_thread *t)
 
 static void after_migrate(struct worker *w, fern_thread *prev, void *arg)
 {
-    struct fern_cluster *c = arg;
-    ADD_RELAXED(&c->live_ext, 1);
-    inbox_push_wake(c, prev);
+    inbox_push(arg, prev, true);
 }
 
 int fern_migrate(fern_cluster *c)
@@ -1443,9 +1448,12 @@ static int worker_launch(struct worker *w)
 
 int cluster_start(struct fern_cluster **out, unsigned n)
 {
-    struct fern_cluster *c = calloc(1, sizeof *c + (n + SPARES_MAX) * sizeof(struct worker *));
+    /* On a line of its own (aligned_alloc's size: a multiple of 64). */
+    size_t size = (sizeof(struct fern_cluster) + (n + SPARES_MAX) * sizeof(struct worker *) + 63) & ~(size_t)63;
+    struct fern_cluster *c = aligned_alloc(64, size);
     if (!c)
         return ENOMEM;
+    memset(c, 0, size);
     c->nworkers = n;
     c->nbase = n;
     if (inbox_init(&c->inbox)) {
