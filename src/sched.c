@@ -180,16 +180,22 @@ __attribute__((noinline)) void errno_set(int e)
 /* Run queues                                                                */
 /* ------------------------------------------------------------------------ */
 
+/* Append t to the list *head..*tail linked through t->link. */
+static inline void tlist_append(fern_thread **head, fern_thread **tail, fern_thread *t)
+{
+    t->link = NULL;
+    if (*tail)
+        (*tail)->link = t;
+    else
+        *head = t;
+    *tail = t;
+}
+
 static void tqueue_push(struct tqueue *q, fern_thread *t)
 {
     STORE_RELAXED(&t->run_state, T_RUNNABLE);
-    t->link = NULL;
     spin_lock(&q->lock);
-    if (q->tail)
-        q->tail->link = t;
-    else
-        q->head = t;
-    q->tail = t;
+    tlist_append(&q->head, &q->tail, t);
     STORE_RELAXED(&q->n, q->n + 1);
     spin_unlock(&q->lock);
 }
@@ -281,12 +287,7 @@ static void inbox_add(struct inbox *q, fern_thread *t)
         q->slot[(q->head + q->cnt) & (q->cap - 1)] = t;
         q->cnt++;
     } else {
-        t->link = NULL;
-        if (q->ltail)
-            q->ltail->link = t;
-        else
-            q->lhead = t;
-        q->ltail = t;
+        tlist_append(&q->lhead, &q->ltail, t);
     }
     STORE_RELAXED(&q->n, q->n + 1);
 }
