@@ -471,12 +471,12 @@ static inline uint32_t tqueue_len(struct tqueue *q) { return LOAD_RELAXED(&q->n)
 
 /* A cluster's inbox (sched.c): a FIFO of runnable threads under a spin
  * lock, kept as an array of pointers used as a ring (a power of two in
- * size, doubled when full, kept at its largest until the cluster goes), so
- * a worker taking a batch copies pointers rather than walking descriptors
- * another core wrote, one dependent miss each. If the array cannot grow (no
- * memory), threads queue behind its contents on a list linked through
- * t->link. n (array + list) is also read without the lock, relaxed, as a
- * hint: inbox_len. */
+ * size, allocated by the first push, doubled when full, freed when it
+ * drains if it grew large), so a worker taking a batch copies pointers
+ * rather than walking descriptors another core wrote, one dependent miss
+ * each. If the array cannot grow (no memory), threads queue behind its
+ * contents on a list linked through t->link. n (array + list) is also read
+ * without the lock, relaxed, as a hint: inbox_len. */
 struct inbox {
     uint32_t lock;
     uint32_t n;

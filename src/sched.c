@@ -247,19 +247,11 @@ static fern_thread *tqueue_take(struct tqueue *q, fern_thread **tail, uint32_t *
  * a million wake-ups leaves no 8 MiB array behind. */
 #define INBOX_KEEP 4096u
 
-static int inbox_init(struct inbox *q)
-{
-    q->slot = malloc(INBOX_CAP0 * sizeof *q->slot);
-    if (!q->slot)
-        return ENOMEM;
-    q->cap = INBOX_CAP0;
-    return 0;
-}
-
-/* Room for m more threads in q's array (lock held), doubling it as needed;
- * false if it cannot grow. malloc under the spin lock: producers wait for
- * it once per doubling, and no code that holds malloc's lock takes this
- * one (preemption never stops a thread inside libc: preempt.c). */
+/* Room for m more threads in q's array (lock held), allocating it (there is
+ * none before the first push, nor after a large one drained) or doubling it
+ * as needed; false if it cannot grow. malloc under the spin lock: producers
+ * wait for it once per doubling, and no code that holds malloc's lock takes
+ * this one (preemption never stops a thread inside libc: preempt.c). */
 static bool inbox_room(struct inbox *q, uint32_t m)
 {
     if (q->cap - q->cnt >= m)
@@ -272,7 +264,7 @@ static bool inbox_room(struct inbox *q, uint32_t m)
         return false;
     for (uint32_t i = 0; i < q->cnt; i++)
         slot[i] = q->slot[(q->head + i) & (q->cap - 1)];
-    free(q->slot); /* NULL after inbox_shrink */
+    free(q->slot); /* may be NULL (above) */
     q->slot = slot;
     q->cap = (uint32_t)cap;
     q->head = 0;
@@ -338,17 +330,20 @@ static fern_thread *inbox_pop_locked(struct inbox *q)
     return t;
 }
 
-/* The array, if it is empty and larger than INBOX_KEEP (lock held): the
- * caller frees it after unlocking; the next push allocates a small one. */
-static fern_thread **inbox_shrink(struct inbox *q)
+/* Unlock q after taking from it; if that emptied an array larger than
+ * INBOX_KEEP, free it (outside the lock): the next push allocates a small
+ * one. */
+static void inbox_unlock_taken(struct inbox *q)
 {
-    if (q->cnt || q->cap <= INBOX_KEEP)
-        return NULL;
-    fern_thread **old = q->slot;
-    q->slot = NULL;
-    q->cap = 0;
-    q->head = 0;
-    return old;
+    fern_thread **old = NULL;
+    if (!q->cnt && q->cap > INBOX_KEEP) {
+        old = q->slot;
+        q->slot = NULL;
+        q->cap = 0;
+        q->head = 0;
+    }
+    spin_unlock(&q->lock);
+    free(old);
 }
 
 static fern_thread *inbox_pop(struct inbox *q)
@@ -357,31 +352,27 @@ static fern_thread *inbox_pop(struct inbox *q)
         return NULL;
     spin_lock(&q->lock);
     fern_thread *t = inbox_pop_locked(q);
-    fern_thread **old = inbox_shrink(q);
-    spin_unlock(&q->lock);
-    free(old);
+    inbox_unlock_taken(q);
     return t;
 }
 
-/* After threads were added to c's inbox, its lock still held: the
- * producer's side of the no-lost-wake-up protocol (a full fence, then
- * nidle). If a worker is to be woken, c->wakers is raised before the lock
- * is dropped: until then no thread just added can run, finish and let its
+/* Unlock c's inbox after adding threads to it, with the producer's side of
+ * the no-lost-wake-up protocol (a full fence, then nidle) inside the lock
+ * hold. If a worker is to be woken, c->wakers is raised before the lock is
+ * dropped: until then no thread just added can run, finish and let its
  * cluster be destroyed, and cluster_stop waits for wakers to fall to 0.
  * The common case (nobody idle) costs the fence alone. */
-static inline bool inbox_wake_due(struct fern_cluster *c)
+static inline void inbox_unlock_added(struct fern_cluster *c)
 {
     full_fence();
-    if (!LOAD_RELAXED(&c->nidle))
-        return false;
-    ADD_RELAXED(&c->wakers, 1);
-    return true;
-}
-
-static void inbox_wake(struct fern_cluster *c)
-{
-    cluster_wake(c);
-    __atomic_fetch_sub(&c->wakers, 1, __ATOMIC_RELEASE);
+    bool wake = LOAD_RELAXED(&c->nidle) != 0;
+    if (wake)
+        ADD_RELAXED(&c->wakers, 1);
+    spin_unlock(&c->inbox.lock);
+    if (wake) {
+        cluster_wake(c);
+        __atomic_fetch_sub(&c->wakers, 1, __ATOMIC_RELEASE);
+    }
 }
 
 /* Make t runnable on cluster c from outside c's workers and wake one of
@@ -396,10 +387,7 @@ static inline void inbox_push(struct fern_cluster *c, fern_thread *t, bool gaine
     if (gained)
         ADD_RELAXED(&c->live_ext, 1);
     inbox_add(&c->inbox, t);
-    bool wake = inbox_wake_due(c);
-    spin_unlock(&c->inbox.lock);
-    if (wake)
-        inbox_wake(c);
+    inbox_unlock_added(c);
 }
 
 /* Out of line: inlined into sched_ready, it made every hand-off on a
@@ -429,10 +417,7 @@ static void runq_spill(struct worker *w, fern_thread *t, uint32_t head)
     for (uint32_t i = 0; i < n; i++)
         inbox_add(&c->inbox, LOAD_RELAXED(&w->rq[(head + i) % RUNQ_SIZE]));
     inbox_add(&c->inbox, t);
-    bool wake = inbox_wake_due(c);
-    spin_unlock(&c->inbox.lock);
-    if (wake)
-        inbox_wake(c);
+    inbox_unlock_added(c);
 }
 
 static inline void runq_put(struct worker *w, fern_thread *t)
@@ -771,8 +756,8 @@ void sched_pin(struct worker *w, fern_thread *t, bool front)
         tqueue_push(&w->pinned, t);
 }
 
-/* Most threads taken from the inbox at once (see inbox_take): copied
- * under its lock, 64 lines at most. */
+/* Most threads taken from the inbox at once (see inbox_take): their
+ * pointers are copied under its lock, 16 lines at most. */
 #define INBOX_BATCH 128u
 /* Descriptors of a batch's first threads prefetched (runq_prefetch looks
  * after the rest). */
@@ -809,9 +794,7 @@ static __attribute__((noinline)) fern_thread *inbox_take(struct worker *w)
     q->head = (q->head + more) & (q->cap - 1);
     q->cnt -= more;
     STORE_RELAXED(&q->n, q->n - more);
-    fern_thread **old = inbox_shrink(q);
-    spin_unlock(&q->lock);
-    free(old);
+    inbox_unlock_taken(q);
     if (!more)
         return t;
     STORE(&w->rq_tail, tail + more);
@@ -828,8 +811,8 @@ static __attribute__((noinline)) fern_thread *inbox_take(struct worker *w)
 /* Pick the next thread to run without blocking; NULL if none. Inlined into
  * the switch paths: it is on every park and yield. `owned` as in runq_get.
  * `batch`: the caller holds no lock, so an empty ring may be refilled from
- * the inbox (inbox_take: a walk of up to INBOX_BATCH cold descriptors and
- * perhaps a futex wake). A thread parking on a wait queue still holds the
+ * the inbox (inbox_take: a copy of up to INBOX_BATCH pointers, perhaps a
+ * free and a futex wake). A thread parking on a wait queue still holds the
  * queue's spin lock (released by its after-switch function): it takes one
  * thread from the inbox, as before. `prefetch` as in runq_get: not on
  * the exit path, where the ring is most often a fork-join's new threads,
@@ -1462,16 +1445,11 @@ int cluster_start(struct fern_cluster **out, unsigned n)
     memset(c, 0, size);
     c->nworkers = n;
     c->nbase = n;
-    if (inbox_init(&c->inbox)) {
-        free(c);
-        return ENOMEM;
-    }
     for (unsigned i = 0; i < n; i++) {
         struct worker *w = worker_new(c, i, n == 1);
         if (!w) {
             for (unsigned j = 0; j < i; j++)
                 worker_free(c->workers[j]);
-            free(c->inbox.slot);
             free(c);
             return ENOMEM;
         }
@@ -1486,7 +1464,6 @@ int cluster_start(struct fern_cluster **out, unsigned n)
                 pthread_join(c->workers[j]->os, NULL);
             for (unsigned j = 0; j < n; j++)
                 worker_free(c->workers[j]);
-            free(c->inbox.slot);
             free(c);
             return EAGAIN;
         }
