@@ -663,6 +663,17 @@ void sched_pin(struct worker *w, fern_thread *t, bool front);
 /* The post-switch action of an untimed park under one spin lock or none
  * (wait.c). */
 void after_wait_spin(struct worker *w, fern_thread *prev, void *arg);
+/* The common park: green thread t on p, untimed, under one spin lock or
+ * none, straight to sched_park (after_wait_spin releases the lock). Also
+ * parker_wait's (wait.c). */
+static inline __attribute__((always_inline)) int parker_park_untimed(struct parker *p, fern_thread *t,
+                                                                    uint32_t *lock)
+{
+    p->timer.deadline = FERN_FOREVER;
+    p->thread = t;
+    sched_park(after_wait_spin, lock);
+    return (int)LOAD(&p->state);
+}
 /* waiter_wait for a caller that has read its green thread t already (NULL
  * for a plain thread): the common untimed park of a green thread inline,
  * without waiter_wait's call and its second read of the current thread;
@@ -672,12 +683,8 @@ static inline __attribute__((always_inline)) int waiter_wait_as(struct waiter *w
 {
     if (!t || deadline != FERN_FOREVER)
         return waiter_wait(wt, lock, deadline);
-    struct parker *p = wt->p;
-    p->solo = p == &wt->own;
-    p->timer.deadline = deadline;
-    p->thread = t;
-    sched_park(after_wait_spin, lock);
-    return (int)LOAD(&p->state);
+    wt->p->solo = wt->p == &wt->own;
+    return parker_park_untimed(wt->p, t, lock);
 }
 /* The calling thread's identity for mutex ownership: its fern_thread, or a
  * per-OS-thread token for plain threads. */

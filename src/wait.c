@@ -123,7 +123,7 @@ static void unlock_spin(void *l) { spin_unlock(l); }
 
 /* Post-switch action of a green thread parking without a deadline under one
  * spin lock or none (a biased object's queue): the common case, without
- * after_wait's indirections (also waiter_wait_as's, internal.h). Both end
+ * after_wait's indirections (parker_park_untimed, internal.h). Both end
  * the parking thread's operation on biased objects (bias.c). */
 void after_wait_spin(struct worker *w, fern_thread *prev, void *arg)
 {
@@ -183,14 +183,11 @@ static inline __attribute__((always_inline)) int park(struct parker *p, void (*u
                                                      void *arg, int64_t deadline)
 {
     fern_thread *self = thread_current();
+    if (self && deadline == FERN_FOREVER && (unlock == unlock_spin || !unlock))
+        return parker_park_untimed(p, self, arg);
     p->timer.deadline = deadline;
     if (!self)
         return park_plain(p, unlock, arg, deadline);
-    if (deadline == FERN_FOREVER && (unlock == unlock_spin || !unlock)) {
-        p->thread = self;
-        sched_park(after_wait_spin, arg);
-        return (int)LOAD(&p->state);
-    }
     return park_green(p, self, unlock, arg, deadline);
 }
 
