@@ -1194,9 +1194,23 @@ static bool any_next(struct worker *w)
  * other workers: a thread left in a hand-off slot of a worker that has not
  * switched for NEXT_STUCK_NS is stolen. Then it sleeps: on its futex, or in
  * epoll_wait as the poll owner; with a timeout if a hand-off is pending
- * elsewhere, so a stuck one is looked at again. */
+ * elsewhere, so a stuck one is looked at again.
+ *
+ * A spinner's looks are spaced SPIN_GAP_MIN_NS apart at first, twice as far
+ * after each look that found nothing, up to SPIN_GAP_MAX_NS. Each look reads
+ * the lines the other workers' rings live on (head, tail, the thread at the
+ * head), and each owner's next write to them then waits for the line to
+ * come back from the spinner's core. Looking every ~0.7 us, as a fixed 64
+ * pauses did on a Sapphire Rapids VM (a pause is 10 ns there), cost a
+ * fork-join of trivial threads (bench/fern_spawn) on two workers 10-15 ns a
+ * thread with no steal at all (55-57 against 40-44 ns when the spinner
+ * looked every 50 us). Work that appears on another worker's ring waits at
+ * most one gap for a spinner (a sleeping worker is woken at once:
+ * cluster_wake); the spinner's own inbox is watched between looks. */
 #define SPIN_NS 50000
 #define NEXT_STUCK_NS 10000
+#define SPIN_GAP_MIN_NS 500
+#define SPIN_GAP_MAX_NS 4000
 
 /* Stealing threads that have never run. A thread spawned on one worker and
  * stolen by another is started there: its descriptor, written by the
@@ -1212,15 +1226,22 @@ static bool any_next(struct worker *w)
  * (migration included), stealing them did not pay. It then backs off for
  * threads that have never run: at most one per steal, at most one per
  * steal_wait, which doubles from STEAL_WAIT_MIN to STEAL_WAIT_MAX while the
- * steals stay short. A steal that runs longer, or whose threads park, ends
- * the back-off and half a ring is taken again. Threads that have run before
- * (woken, preempted) are stolen as ever, and so are fresh ones queued on a
- * worker that has run one thread for STEAL_STALL_NS (steal_some).
- * Parallel work of 500 ns per thread or more is spread as before (a stolen
- * thread of that length measures ~800 ns). */
+ * steals stay short. A steal whose threads all ended but took longer halves
+ * steal_wait (to none below STEAL_WAIT_MIN), so that a few such steals in a
+ * row, not one, end the back-off: a backed-off steal takes one thread, and
+ * its time carries the whole cost of moving it, which on a Sapphire Rapids
+ * VM was 600-1,000 ns for a third of the trivial threads of bench/fern_spawn
+ * (against ~310 ns on the EPYC VM the threshold was set on); ending the
+ * back-off at each of those had the thief take half the ring again, 20% of
+ * all the threads. A steal whose threads park ends the back-off at once.
+ * Then half a ring is taken again. Threads that have run before (woken,
+ * preempted) are stolen as ever, and so are fresh ones queued on a worker
+ * that has run one thread for STEAL_STALL_NS (steal_some). Parallel work of
+ * 500 ns per thread or more is spread as before (a stolen thread of that
+ * length measures ~800 ns). */
 #define STEAL_SHORT_NS 600
 #define STEAL_WAIT_MIN 1000
-#define STEAL_WAIT_MAX 32000
+#define STEAL_WAIT_MAX 128000
 #define STEAL_STALL_NS 100000
 
 /* How long worker v has been running the same thread, as far as idle
@@ -1255,9 +1276,12 @@ static bool steal_head_fresh(struct worker *v)
 static void steal_judge(struct worker *w)
 {
     int64_t per = (fern_now_ns() - w->steal_at) / w->stolen_n;
-    if (w->n_exited - w->steal_exited >= w->stolen_n && per < STEAL_SHORT_NS)
+    bool ended = w->n_exited - w->steal_exited >= w->stolen_n;
+    if (ended && per < STEAL_SHORT_NS)
         w->steal_wait = w->steal_wait ? (w->steal_wait < STEAL_WAIT_MAX / 2 ? w->steal_wait * 2 : STEAL_WAIT_MAX)
                                       : STEAL_WAIT_MIN;
+    else if (ended && w->steal_wait > STEAL_WAIT_MIN)
+        w->steal_wait /= 2;
     else
         w->steal_wait = 0;
     w->stolen_n = 0;
@@ -1296,6 +1320,7 @@ static fern_thread *find_work(struct worker *w)
     int64_t spin_until = 0;
     int64_t looked_at = 0;
     bool spinning = false;
+    int64_t gap = SPIN_GAP_MIN_NS; /* between a spinner's looks */
     fern_thread *t = NULL;
     if (w->stolen_n)
         steal_judge(w);
@@ -1334,8 +1359,15 @@ static fern_thread *find_work(struct worker *w)
                     break;
                 looked_at = now;
             }
-            for (int k = 0; k < 64; k++)
-                cpu_relax();
+            /* Its own inbox (threads migrating in, wake-ups from other
+             * clusters and plain threads) is still watched closely. */
+            int64_t until = now + gap;
+            do {
+                for (int k = 0; k < 16; k++)
+                    cpu_relax();
+            } while (!inbox_len(&c->inbox) && fern_now_ns() < until);
+            if (gap < SPIN_GAP_MAX_NS)
+                gap *= 2;
             continue;
         }
         if (spinning) {
@@ -1348,6 +1380,7 @@ static fern_thread *find_work(struct worker *w)
         spinning = true;
         ADD_RELAXED(&c->nspinning, 1);
         spin_until = fern_now_ns() + SPIN_NS;
+        gap = SPIN_GAP_MIN_NS;
     }
     if (spinning)
         __atomic_fetch_sub(&c->nspinning, 1, __ATOMIC_SEQ_CST);
