@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Biased mutexes and condition variables: no locked instruction while only
- * one worker's green threads use them.
+ * Biased mutexes, condition variables and channels (chan.c): no locked
+ * instruction while only one worker's green threads use them.
  *
  * Green threads of one worker never run at the same time, so among
  * themselves they need no atomic read-modify-write: plain loads and stores

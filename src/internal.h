@@ -720,7 +720,7 @@ static inline fern_thread *caller_thread(const struct caller *c)
 /* The ownership token (as self_token). */
 static inline void *caller_self(const struct caller *c) { return token_of(caller_thread(c)); }
 
-/* An operation on biasable objects (mutex, condition variable) starts with
+/* An operation on biasable objects (mutex, condition variable, channel) starts with
  * bias_enter for each (bias_enter2 for two) and ends with bias_end, or, if it
  * parks, when waiter_wait's post-switch action clears the busy flag. Returns
  * true for plain mode: the object is biased to the caller's worker, and its
@@ -784,6 +784,17 @@ static inline void bias_enter2(uint32_t *b1, bool *plain1, uint32_t *b2, bool *p
         bias_end(c);
         bias_settle(m1 < 0 ? b1 : b2, c->tag);
     }
+}
+/* A biasable object's queue lock, taken only in shared mode. */
+static inline void qlock(bool plain, uint32_t *l)
+{
+    if (!plain)
+        spin_lock(l);
+}
+static inline void qunlock(bool plain, uint32_t *l)
+{
+    if (!plain)
+        spin_unlock(l);
 }
 /* The busy flag of the worker w, cleared once a plain-mode operation that
  * parked is off its stack (waiter_wait's post-switch action). */

@@ -116,18 +116,6 @@ static inline bool cas_p(bool plain, uint32_t *p, uint32_t expect, uint32_t v)
     return CAS(p, &expect, v);
 }
 
-static inline void qlock(bool plain, uint32_t *l)
-{
-    if (!plain)
-        spin_lock(l);
-}
-
-static inline void qunlock(bool plain, uint32_t *l)
-{
-    if (!plain)
-        spin_unlock(l);
-}
-
 /* m->users_ changes, and destroy reads it, under m's queue lock. A thread
  * counted there hands over to state_ and back (it is counted before it
  * releases m for a condition wait, and until after it holds m again), so

@@ -373,3 +373,216 @@ TEST(Bias, StressManyObjectsManyRevokers) {
 }
 
 } // namespace
+
+// ---- channels (src/chan.c: biased like the mutex) ----
+
+// Sum and count of what a receiver got: every value exactly once.
+struct Got {
+    long n = 0, sum = 0;
+    void add(long v) { n++; sum += v; }
+};
+
+// An unbuffered and a capacity-1 channel between two green threads of one
+// one-worker cluster: plain mode throughout, no revocation; the plain
+// thread's destroys revoke each once.
+TEST(Bias, ChannelPingPongOnOneWorkerNeedsNoRevocation) {
+    Watchdog wd(60, "ChannelPingPongOnOneWorkerNeedsNoRevocation");
+    boot();
+    Cluster one(1);
+    fern_chan *ping = nullptr, *pong = nullptr;
+    ASSERT_EQ(0, fern_chan_create(&ping, sizeof(long), 0));
+    ASSERT_EQ(0, fern_chan_create(&pong, sizeof(long), 1));
+    const long N = scaled(200000, 20000);
+    uint64_t r0 = revocations();
+    long back = 0;
+    fern_thread *a = nullptr, *b = nullptr;
+    ASSERT_EQ(0, spawn_on(&b, one.c, [&] {
+        long v;
+        for (long i = 1; i <= N; i++) {
+            ASSERT_EQ(0, fern_chan_recv(ping, &v));
+            ASSERT_EQ(i, v);
+            v++;
+            ASSERT_EQ(0, fern_chan_send(pong, &v));
+        }
+    }));
+    ASSERT_EQ(0, spawn_on(&a, one.c, [&] {
+        long v;
+        for (long i = 1; i <= N; i++) {
+            ASSERT_EQ(0, fern_chan_send(ping, &i));
+            ASSERT_EQ(0, fern_chan_recv(pong, &v));
+            ASSERT_EQ(i + 1, v);
+            back += v;
+        }
+        EXPECT_EQ(EAGAIN, fern_chan_tryrecv(pong, &v));
+        EXPECT_EQ(0u, fern_chan_len(pong));
+    }));
+    ASSERT_EQ(0, fern_join(a, nullptr));
+    ASSERT_EQ(0, fern_join(b, nullptr));
+    EXPECT_EQ(N * (N + 1) / 2 + N, back);
+    EXPECT_EQ(r0, revocations());
+    EXPECT_EQ(0, fern_chan_destroy(ping));
+    EXPECT_EQ(0, fern_chan_destroy(pong));
+    EXPECT_EQ(r0 + (bias_on() ? 2 : 0), revocations());
+}
+
+// Green senders of a one-worker cluster stream into a small buffered
+// channel to a green receiver; part-way through, plain threads send too.
+// A fresh channel per round, so each round revokes at a random point of the
+// owner's stream; the receiver must get every value exactly once.
+TEST(Bias, ChannelRevokedByPlainSendersMidStream) {
+    Watchdog wd(120, "ChannelRevokedByPlainSendersMidStream");
+    boot();
+    Cluster one(1);
+    const int ROUNDS = (int)scaled(100, 10);
+    const long PER = 2000;
+    constexpr int GREEN = 3, PLAIN = 2;
+    uint64_t r0 = revocations();
+    for (int round = 0; round < ROUNDS; round++) {
+        fern_chan *ch = nullptr;
+        ASSERT_EQ(0, fern_chan_create(&ch, sizeof(long), round % 3 == 0 ? 0 : 4));
+        std::atomic<int> started{0};
+        Got got;
+        fern_thread *rx = nullptr;
+        ASSERT_EQ(0, spawn_on(&rx, one.c, [&] {
+            long v;
+            for (long k = 0; k < (GREEN + PLAIN) * PER; k++) {
+                ASSERT_EQ(0, fern_chan_recv(ch, &v));
+                got.add(v);
+            }
+        }));
+        std::vector<fern_thread *> gs(GREEN);
+        for (int i = 0; i < GREEN; i++)
+            ASSERT_EQ(0, spawn_on(&gs[i], one.c, [&, i] {
+                started++;
+                for (long k = 1; k <= PER; k++) {
+                    long v = i * PER + k;
+                    ASSERT_EQ(0, fern_chan_send(ch, &v));
+                }
+            }));
+        while (started.load() == 0) std::this_thread::yield();
+        std::vector<std::thread> ps;
+        for (int i = GREEN; i < GREEN + PLAIN; i++)
+            ps.emplace_back([&, i] {
+                for (long k = 1; k <= PER; k++) {
+                    long v = i * PER + k;
+                    ASSERT_EQ(0, fern_chan_send(ch, &v));
+                }
+            });
+        for (auto &p : ps) p.join();
+        for (auto g : gs) ASSERT_EQ(0, fern_join(g, nullptr));
+        ASSERT_EQ(0, fern_join(rx, nullptr));
+        const long all = (GREEN + PLAIN) * PER;
+        ASSERT_EQ(all, got.n) << "round " << round;
+        ASSERT_EQ(all * (all + 1) / 2, got.sum) << "round " << round;
+        ASSERT_EQ(0, fern_chan_destroy(ch)) << "a waiter stayed queued";
+    }
+    if (bias_on()) {
+        EXPECT_LE(revocations() - r0, (uint64_t)ROUNDS);
+        EXPECT_GE(revocations() - r0, 1u);
+    } else {
+        EXPECT_EQ(r0, revocations());
+    }
+}
+
+// Green receivers parked on a biased channel (queued with plain stores) are
+// found by a plain thread's sends after the revocation; a timed receive
+// that expired while the channel was still biased unlinked itself (destroy
+// finds no waiter), and a close from the plain thread wakes a late
+// receiver with EPIPE.
+TEST(Bias, ChannelParkedReceiversSurviveRevocation) {
+    Watchdog wd(60, "ChannelParkedReceiversSurviveRevocation");
+    boot();
+    Cluster one(1);
+    const int ROUNDS = (int)scaled(100, 10);
+    for (int round = 0; round < ROUNDS; round++) {
+        fern_chan *ch = nullptr;
+        ASSERT_EQ(0, fern_chan_create(&ch, sizeof(long), 0));
+        constexpr int N = 8;
+        std::atomic<int> parked{0}, timedout{0};
+        std::atomic<long> sum{0};
+        std::vector<fern_thread *> ts(N);
+        for (int i = 0; i < N; i++)
+            ASSERT_EQ(0, spawn_on(&ts[i], one.c, [&, i] {
+                long v = 0;
+                parked++;
+                if (i == 0) {
+                    // Expires while only this cluster has used the channel.
+                    EXPECT_EQ(ETIMEDOUT, fern_chan_timedrecv(ch, &v, fern_now_ns() + ms(1)));
+                    timedout++;
+                }
+                ASSERT_EQ(0, fern_chan_recv(ch, &v));
+                sum += v;
+            }));
+        ASSERT_TRUE(wait_until([&] { return parked.load() == N && timedout.load() == 1; }));
+        for (long v = 1; v <= N; v++) ASSERT_EQ(0, fern_chan_send(ch, &v));
+        for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
+        EXPECT_EQ((long)N * (N + 1) / 2, sum.load());
+        // A late receiver, then close from this plain thread.
+        fern_thread *late = nullptr;
+        std::atomic<int> rc{-1};
+        ASSERT_EQ(0, spawn_on(&late, one.c, [&] {
+            long v;
+            rc = fern_chan_recv(ch, &v);
+        }));
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        ASSERT_EQ(0, fern_chan_close(ch));
+        ASSERT_EQ(0, fern_join(late, nullptr));
+        EXPECT_EQ(EPIPE, rc.load());
+        long v = 1;
+        EXPECT_EQ(EPIPE, fern_chan_send(ch, &v));
+        EXPECT_EQ(EPIPE, fern_chan_close(ch));
+        EXPECT_EQ(0, fern_chan_destroy(ch)) << "a waiter stayed queued";
+    }
+}
+
+// select on channels a one-worker cluster has used in plain mode: it makes
+// them shared first (one revocation each, none for an unused one), then
+// works as before, from green threads of that cluster and from plain threads.
+TEST(Bias, SelectSharesBiasedChannels) {
+    Watchdog wd(60, "SelectSharesBiasedChannels");
+    boot();
+    Cluster one(1);
+    fern_chan *a = nullptr, *b = nullptr, *unused = nullptr;
+    ASSERT_EQ(0, fern_chan_create(&a, sizeof(long), 1));
+    ASSERT_EQ(0, fern_chan_create(&b, sizeof(long), 0));
+    ASSERT_EQ(0, fern_chan_create(&unused, sizeof(long), 0));
+    uint64_t r0 = revocations();
+    long got_a = 0, got_b = 0;
+    fern_thread *x = nullptr, *y = nullptr;
+    ASSERT_EQ(0, spawn_on(&x, one.c, [&] {
+        long v = 7;
+        ASSERT_EQ(0, fern_chan_send(a, &v)); // plain mode: a is biased
+        ASSERT_EQ(0, fern_chan_recv(a, &got_a));
+        long w = 0, u = 0;
+        EXPECT_EQ(EAGAIN, fern_chan_tryrecv(b, &w)); // b biased too
+        EXPECT_EQ(r0, revocations());
+        fern_select_case cs[3] = {};
+        cs[0].chan = b, cs[0].op = FERN_RECV, cs[0].elem = &w;
+        cs[1].chan = a, cs[1].op = FERN_RECV, cs[1].elem = &got_a;
+        cs[2].chan = unused, cs[2].op = FERN_RECV, cs[2].elem = &u;
+        // Nothing ready: parks on all three until y sends on b.
+        ASSERT_EQ(0, fern_select(cs, 3, FERN_FOREVER));
+        EXPECT_EQ(0, cs[0].result);
+        got_b = w;
+    }));
+    ASSERT_EQ(0, spawn_on(&y, one.c, [&] {
+        // Runs once x has parked in its select (spawned after it, one worker).
+        long v = 42;
+        ASSERT_EQ(0, fern_chan_send(b, &v));
+    }));
+    ASSERT_EQ(0, fern_join(x, nullptr));
+    ASSERT_EQ(0, fern_join(y, nullptr));
+    EXPECT_EQ(7, got_a);
+    EXPECT_EQ(42, got_b);
+    // a and b were biased: revoked by the select; unused was shared at once.
+    EXPECT_EQ(r0 + (bias_on() ? 2 : 0), revocations());
+    // Shared for good: this plain thread's use revokes nothing more.
+    long v = 5, w = 0;
+    ASSERT_EQ(0, fern_chan_send(a, &v));
+    ASSERT_EQ(0, fern_chan_recv(a, &w));
+    EXPECT_EQ(5, w);
+    EXPECT_EQ(0, fern_chan_destroy(a));
+    EXPECT_EQ(0, fern_chan_destroy(b));
+    EXPECT_EQ(0, fern_chan_destroy(unused));
+    EXPECT_EQ(r0 + (bias_on() ? 2 : 0), revocations());
+}

@@ -480,7 +480,14 @@ int fern_call_once(fern_once *o, void (*fn)(void));
 
 typedef struct fern_chan fern_chan;
 
-/* Create a channel of elements of elem_size bytes holding up to capacity
+/* Channels are biased like mutexes (see fern_mutex): one used only by the
+ * green threads of a one-worker cluster takes no lock and makes no atomic
+ * instruction (an unbuffered round trip between two such threads is about a
+ * fifth faster); the first use by any other kernel thread revokes that once
+ * (a membarrier(2) call), and fern_select makes its channels shared for good
+ * before it locks them. Nothing changes in what the calls return.
+ *
+ * Create a channel of elements of elem_size bytes holding up to capacity
  * buffered elements (0 = unbuffered: a send waits for a receiver).
  * Return 0; EINVAL if ch is NULL, elem_size is 0 or elem_size * capacity
  * overflows; ENOMEM if the buffer cannot be allocated. */
@@ -679,9 +686,10 @@ struct fern_stats {
     uint64_t guards_mprotect;  /* stacks guarded by mprotect */
     uint64_t guards_canary;    /* stacks protected by a canary only */
     fern_guard_mode guard_mode; /* what new stack slots get now */
-    uint64_t bias_revocations; /* mutexes and condition variables taken out of
-                                  a one-worker cluster's plain mode (see
-                                  fern_mutex) since the process started */
+    uint64_t bias_revocations; /* mutexes, condition variables and channels
+                                  taken out of a one-worker cluster's plain
+                                  mode (see fern_mutex) since the process
+                                  started */
     uint64_t poller_ctls;      /* epoll_ctl calls fern's poller made on user
                                   descriptors since fern_init: one when a
                                   descriptor is first waited on (fern_* I/O
