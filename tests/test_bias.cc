@@ -34,6 +34,18 @@ uint64_t revocations() {
     return s.bias_revocations;
 }
 
+// Rounds that each biased a fresh object and then had other kernel threads
+// use it: at most one revocation per round, at least one in all (with
+// biasing on); none with it off.
+void expect_revoked_per_round(uint64_t r0, int rounds) {
+    if (bias_on()) {
+        EXPECT_LE(revocations() - r0, (uint64_t)rounds);
+        EXPECT_GE(revocations() - r0, 1u);
+    } else {
+        EXPECT_EQ(r0, revocations());
+    }
+}
+
 // Make sure the runtime is up (the first spawn starts it).
 void boot() { ASSERT_EQ(0, run_green([] {})); }
 
@@ -136,14 +148,9 @@ TEST(Bias, RevokedByPlainThreadsMidUse) {
         ASSERT_EQ((GREEN + PLAIN) * PER, counter) << "round " << round;
         ASSERT_EQ(0, fern_mutex_destroy(&m));
     }
-    if (bias_on()) {
-        // One per round, unless the green threads had not touched the mutex
-        // yet when the plain ones did (then it was never biased).
-        EXPECT_LE(revocations() - r0, (uint64_t)ROUNDS);
-        EXPECT_GE(revocations() - r0, 1u);
-    } else {
-        EXPECT_EQ(r0, revocations());
-    }
+    // One per round, unless the green threads had not touched the mutex yet
+    // when the plain ones did (then it was never biased).
+    expect_revoked_per_round(r0, ROUNDS);
 }
 
 // Green waiters parked on a biased condition variable (queued with plain
@@ -476,12 +483,7 @@ TEST(Bias, ChannelRevokedByPlainSendersMidStream) {
         ASSERT_EQ(all * (all + 1) / 2, got.sum) << "round " << round;
         ASSERT_EQ(0, fern_chan_destroy(ch)) << "a waiter stayed queued";
     }
-    if (bias_on()) {
-        EXPECT_LE(revocations() - r0, (uint64_t)ROUNDS);
-        EXPECT_GE(revocations() - r0, 1u);
-    } else {
-        EXPECT_EQ(r0, revocations());
-    }
+    expect_revoked_per_round(r0, ROUNDS);
 }
 
 // Green receivers parked on a biased channel (queued with plain stores) are
