@@ -75,13 +75,22 @@ int fern_chan_create(fern_chan **out, size_t elem_size, size_t capacity)
     return 0;
 }
 
-/* The operation's start for the caller me: its mode on ch, settled (true:
- * plain mode, no lock). Every operation so begun ends with bias_end, or
- * parks (the post-switch action ends it). */
-static inline bool chan_enter(fern_chan *ch, struct caller *me)
+/* An operation's start for the calling thread (*me): ch's mode settled and
+ * its lock taken in shared mode; returns true for plain mode. Every
+ * operation so begun ends with chan_unlock, or parks (the post-switch
+ * action then unlocks and ends it). */
+static inline bool chan_lock(fern_chan *ch, struct caller *me)
 {
     caller_get(me);
-    return bias_enter(&ch->bias_, me);
+    bool plain = bias_enter(&ch->bias_, me);
+    qlock(plain, &ch->lock);
+    return plain;
+}
+
+static inline void chan_unlock(fern_chan *ch, bool plain, const struct caller *me)
+{
+    qunlock(plain, &ch->lock);
+    bias_end(me);
 }
 
 int fern_chan_destroy(fern_chan *ch)
@@ -89,11 +98,9 @@ int fern_chan_destroy(fern_chan *ch)
     if (!ch)
         return EINVAL;
     struct caller me;
-    bool plain = chan_enter(ch, &me);
-    qlock(plain, &ch->lock);
+    bool plain = chan_lock(ch, &me);
     bool busy = !waitq_empty(&ch->recvq) || !waitq_empty(&ch->sendq);
-    qunlock(plain, &ch->lock);
-    bias_end(&me);
+    chan_unlock(ch, plain, &me);
     if (busy)
         return EBUSY;
     free(ch->buf);
@@ -106,18 +113,15 @@ int fern_chan_close(fern_chan *ch)
     if (!ch)
         return EINVAL;
     struct caller me;
-    bool plain = chan_enter(ch, &me);
-    qlock(plain, &ch->lock);
+    bool plain = chan_lock(ch, &me);
     if (ch->closed) {
-        qunlock(plain, &ch->lock);
-        bias_end(&me);
+        chan_unlock(ch, plain, &me);
         return EPIPE;
     }
     STORE_RELAXED(&ch->closed, 1);
     struct waiter *r = waitq_claim_all(&ch->recvq);
     struct waiter *w = waitq_claim_all(&ch->sendq);
-    qunlock(plain, &ch->lock);
-    bias_end(&me);
+    chan_unlock(ch, plain, &me);
     waiters_release(r, EPIPE);
     waiters_release(w, EPIPE);
     return 0;
@@ -128,11 +132,9 @@ size_t fern_chan_len(fern_chan *ch)
     if (!ch)
         return 0;
     struct caller me;
-    bool plain = chan_enter(ch, &me);
-    qlock(plain, &ch->lock);
+    bool plain = chan_lock(ch, &me);
     size_t n = ch->count;
-    qunlock(plain, &ch->lock);
-    bias_end(&me);
+    chan_unlock(ch, plain, &me);
     return n;
 }
 
@@ -227,10 +229,9 @@ static __attribute__((noinline)) int chan_wait(fern_chan *ch, void *elem, fern_w
 {
     bool try_only = flags & WAIT_TRY, plain = flags & WAIT_PLAIN;
     if (try_only || (deadline != FERN_FOREVER && fern_now_ns() >= deadline)) {
-        qunlock(plain, &ch->lock);
         struct caller me; /* the operation's, not parked since */
         caller_get(&me);
-        bias_end(&me);
+        chan_unlock(ch, plain, &me);
         return try_only ? EAGAIN : ETIMEDOUT;
     }
     struct waiter wt;
@@ -251,11 +252,9 @@ static __attribute__((noinline)) int chan_wait(fern_chan *ch, void *elem, fern_w
     /* Timed out: a new operation (the thread may run on another worker, and
      * the bias may have been revoked meanwhile). */
     struct caller again;
-    plain = chan_enter(ch, &again);
-    qlock(plain, &ch->lock);
+    plain = chan_lock(ch, &again);
     waitq_unlink(&wt);
-    qunlock(plain, &ch->lock);
-    bias_end(&again);
+    chan_unlock(ch, plain, &again);
     return ETIMEDOUT;
 }
 
@@ -278,8 +277,7 @@ static inline __attribute__((always_inline)) int chan_op_locked(fern_chan *ch, v
     int r = send ? try_send_locked(ch, elem, &wake) : try_recv_locked(ch, elem, &wake);
     if (r == EAGAIN)
         return chan_wait_dir(ch, elem, send, deadline, try_only, plain);
-    qunlock(plain, &ch->lock);
-    bias_end(&me);
+    chan_unlock(ch, plain, &me);
     if (wake) {
         if (inline_wake)
             waiter_release_inline(wake, 0, false);

@@ -720,11 +720,12 @@ static inline fern_thread *caller_thread(const struct caller *c)
 /* The ownership token (as self_token). */
 static inline void *caller_self(const struct caller *c) { return token_of(caller_thread(c)); }
 
-/* An operation on biasable objects (mutex, condition variable, channel) starts with
- * bias_enter for each (bias_enter2 for two) and ends with bias_end, or, if it
- * parks, when waiter_wait's post-switch action clears the busy flag. Returns
- * true for plain mode: the object is biased to the caller's worker, and its
- * fields are read and written without locked instructions (see bias.c). */
+/* An operation on biasable objects (mutex, condition variable, channel)
+ * starts with bias_enter for each (bias_enter2 for two) and ends with
+ * bias_end, or, if it parks, when waiter_wait's post-switch action clears
+ * the busy flag. Returns true for plain mode: the object is biased to the
+ * caller's worker, and its fields are read and written without locked
+ * instructions (see bias.c). */
 static inline void bias_begin(const struct caller *c)
 {
     if (c->tag) {

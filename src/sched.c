@@ -1236,11 +1236,11 @@ static bool any_next(struct worker *w)
  * ring again, 20% of all the threads. A longer steal, or one whose threads
  * park, ends the back-off at once (halving it for threads of 1 us made a
  * fork-join of 1,000 of them up to 17% slower, 0.58-0.71 against 0.56-0.62
- * ms). Once the back-off ends, half a ring is taken again. Threads that have run before (woken,
- * preempted) are stolen as ever, and so are fresh ones queued on a worker
- * that has run one thread for STEAL_STALL_NS (steal_some). Parallel work of
- * 500 ns per thread or more is spread as before (a stolen thread of that
- * length measures ~800 ns). */
+ * ms). Once the back-off ends, half a ring is taken again. Threads that
+ * have run before (woken, preempted) are stolen as ever, and so are fresh
+ * ones queued on a worker that has run one thread for STEAL_STALL_NS
+ * (steal_some). Parallel work of 500 ns per thread or more is spread as
+ * before (a stolen thread of that length measures ~800 ns). */
 #define STEAL_SHORT_NS 600
 #define STEAL_WAIT_MIN 1000
 #define STEAL_WAIT_MAX 128000

@@ -371,6 +371,16 @@ static struct waiter *mutex_next_waiter(fern_mutex *m, bool heirs_too)
     return NULL;
 }
 
+/* Where the element k places on is likely to be in a walk of objects that
+ * usually sit at equal distances (waiters or stacks of threads that parked
+ * one after the other in the same wait, one stack apart): cur plus k times
+ * the last step. Integers: the guess may lie outside any object, and is
+ * only ever prefetched (a prefetch never faults). */
+static inline uintptr_t guess_ahead(uintptr_t cur, uintptr_t prev, uintptr_t k)
+{
+    return cur + (cur - prev) * k;
+}
+
 static inline void prefetch_lines(const void *lo, const void *hi)
 {
     for (const char *a = lo; a < (const char *)hi; a += 64)
@@ -420,8 +430,8 @@ static inline void heir_prefetch(fern_mutex *m, const struct waiter *wt)
             prefetch(n->p->thread);
         if (n->next)
             prefetch_lines(n->next, n->next + 1);
-        if (sp) { /* integers: the guess may lie outside any object */
-            uintptr_t g = (uintptr_t)n + ((uintptr_t)n - (uintptr_t)w) * (HEIR_AHEAD - 1);
+        if (sp) {
+            uintptr_t g = guess_ahead((uintptr_t)n, (uintptr_t)w, HEIR_AHEAD - 1);
             prefetch_lines((const void *)(g - (uintptr_t)(w - sp)), (const void *)(g + (uintptr_t)(top - w)));
         }
     }
@@ -681,17 +691,14 @@ int fern_cond_signal(fern_cond *c)
 /* A broadcast walks its waiters, each on a cold stack of its own: one
  * dependent cache miss, and with many waiters a TLB miss too, per waiter
  * (a million of them took 0.33-0.58 s on a Sapphire Rapids VM; 0.11-0.26 s
- * with the prefetch below, in interleaved runs). Threads that
- * waited in the same place, spawned one after the other, usually have their
- * waiters one stack apart: so the walk guesses the waiter BROADCAST_AHEAD
- * places on from the distance between the last two and prefetches it, which
- * overlaps those misses. A wrong guess loads a useless line (a prefetch
- * never faults; integers, as the address may lie outside any object). */
+ * with the prefetch below, in interleaved runs). So the walk prefetches the
+ * waiter BROADCAST_AHEAD places on, guessed from the last two (guess_ahead),
+ * which overlaps those misses; a wrong guess loads a useless line. */
 #define BROADCAST_AHEAD 8
 static inline void broadcast_prefetch(uintptr_t wt, uintptr_t last)
 {
     if (last) {
-        uintptr_t g = wt + (wt - last) * BROADCAST_AHEAD;
+        uintptr_t g = guess_ahead(wt, last, BROADCAST_AHEAD);
         prefetch_w((const void *)g);
         prefetch_w((const void *)(g + 64));
     }
