@@ -380,6 +380,8 @@ struct stack *stack_get(struct worker *w, int cls);
 void stack_put(struct worker *w, struct stack *s);
 /* Trim a few cold stacks (idle path). Returns true if work remains. */
 bool stack_trim_some(struct worker *w);
+/* Whether stack_trim_some has anything to do (a hint, no lock). */
+bool stack_trim_pending(struct worker *w);
 void stack_cache_flush(struct worker *w);
 int stack_init(void);
 void stack_fini(void);
@@ -537,6 +539,9 @@ struct worker {
     uint32_t stolen_n;          /* how many, 0 once judged */
     uint64_t steal_exited;      /* n_exited then */
     int64_t steal_wait;         /* back-off between steals of fresh threads, 0: none */
+    /* trimming pooled stacks (sched.c: TRIM_IDLE_NS) */
+    int64_t trim_next;          /* no batch before this unless trim_idle */
+    bool trim_idle;             /* slept TRIM_IDLE_NS unwoken, no work found since */
     /* what this worker, idle, last saw of worker i (index % WATCH_MAX):
      * its n_switches, and when it first saw that count (sched.c: switch_age) */
     uint64_t watch_sw[WATCH_MAX];

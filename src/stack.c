@@ -32,8 +32,9 @@
  * recently freed, LIFO, never trimmed, so a burst of short threads reuses
  * stacks whose pages are already committed and in cache) and "cold" ones. A
  * stack that falls from hot to cold is trimmed (MADV_DONTNEED of all but its
- * top STACK_KEEP bytes) when the worker next goes idle, so one deep call does
- * not pin memory forever; trimming is never on the spawn/exit path. Beyond
+ * top STACK_KEEP bytes) by an idle worker (when: sched.c, TRIM_IDLE_NS), so
+ * one deep call does not pin memory forever; trimming is never on the
+ * spawn/exit path. Beyond
  * STACK_CACHE_MAX a worker hands stacks to the global per-class lists.
  *
  * Late binding: a thread gets its stack when it first runs (stack_bind),
@@ -495,6 +496,14 @@ void stack_put(struct worker *w, struct stack *s)
     sc->hot[sc->nhot++] = s;
     if (unlikely(LOAD_RELAXED(&stack_starved)))
         unstarve_one();
+}
+
+bool stack_trim_pending(struct worker *w)
+{
+    for (int c = 0; c < STACK_CLASSES; c++)
+        if (w->stacks[c].ndirty_cold || LOAD_RELAXED(&S.cls[c].ndirty))
+            return true;
+    return false;
 }
 
 bool stack_trim_some(struct worker *w)

@@ -583,4 +583,99 @@ TEST(Stack, EveryStackGuardedOneCallPerStack) {
     unsetenv("FERN_GUARD");
 }
 
+// Pooled stacks that went deep are trimmed (their pages below the top 32 KiB
+// returned) once their worker has been idle a while, and a worker that is
+// busy with brief idle moments trims at most one batch of 32 per 10 ms
+// (sched.c: TRIM_GAP_NS), so trimming does not take the CPU from work.
+struct TrimCtx {
+    std::atomic<int> deep{0};
+    std::atomic<bool> release{false};
+    int depth = 0;
+    uintptr_t top[200] = {}, lowest[200] = {};
+};
+
+__attribute__((noinline, noipa)) void down_and_wait(TrimCtx *c, int i, int depth) {
+    volatile char buf[1024];
+    for (size_t k = 0; k < sizeof buf; k += 64) buf[k] = (char)k;
+    if ((uintptr_t)&buf[0] < c->lowest[i]) c->lowest[i] = (uintptr_t)&buf[0];
+    if (depth > 0) {
+        down_and_wait(c, i, depth - 1);
+    } else {
+        c->deep.fetch_add(1);
+        while (!c->release.load()) fern_yield();
+    }
+    (void)buf[depth % sizeof buf];
+}
+
+// Pages of [lo, hi) resident in memory.
+size_t resident_pages(uintptr_t lo, uintptr_t hi) {
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    lo &= ~(pg - 1);
+    hi &= ~(pg - 1);
+    if (hi <= lo) return 0;
+    std::vector<unsigned char> vec((hi - lo) / pg);
+    if (mincore((void *)lo, hi - lo, vec.data()) != 0) return (size_t)-1;
+    size_t n = 0;
+    for (unsigned char v : vec) n += v & 1;
+    return n;
+}
+
+TEST(Stack, DeepStacksTrimmedWhenIdleNotWhileBusy) {
+    Watchdog wd(120, "DeepStacksTrimmedWhenIdleNotWhileBusy");
+    const int N = 200; // all stay in the worker's cache (STACK_CACHE_MAX 256)
+    const size_t kStack = 256 * 1024, kKeep = 32 * 1024;
+    fern_cluster *c = nullptr;
+    ASSERT_EQ(0, fern_cluster_create(&c, 1));
+    auto *ctx = new TrimCtx;
+    ctx->depth = 96; // ~96 KiB below the top, well below the kept 32 KiB
+    std::vector<fern_thread *> ts(N);
+    for (int i = 0; i < N; i++) {
+        fern_attr a{};
+        a.cluster = c;
+        a.stack_size = kStack;
+        ctx->lowest[i] = UINTPTR_MAX;
+        ASSERT_EQ(0, spawn(&ts[i], &a, [ctx, i] {
+            volatile char marker = 0;
+            ctx->top[i] = (uintptr_t)&marker;
+            down_and_wait(ctx, i, ctx->depth);
+        }));
+    }
+    ASSERT_TRUE(wait_until([&] { return ctx->deep.load() == N; }, 60000));
+    for (int i = 0; i < N; i++)
+        ASSERT_GE(ctx->top[i] - ctx->lowest[i], (uintptr_t)64 * 1024) << "thread " << i << " did not go deep";
+    struct fern_stats s0, s1, s2;
+    ASSERT_EQ(0, fern_stats(&s0));
+    auto t0 = std::chrono::steady_clock::now();
+    // Busy with brief idle moments: a thread sleeping 200 us at a time for
+    // 30 ms keeps the worker from ever being idle 5 ms, while the deep
+    // threads end and their stacks go cold in its cache.
+    fern_thread *busy = nullptr;
+    ASSERT_EQ(0, spawn_on(&busy, c, [] {
+        int64_t end = fern_now_ns() + 30 * 1000000LL;
+        while (fern_now_ns() < end) fern_sleep_ns(200 * 1000);
+    }));
+    ctx->release.store(true);
+    for (int i = 0; i < N; i++) ASSERT_EQ(0, fern_join(ts[i], nullptr));
+    ASSERT_EQ(0, fern_join(busy, nullptr));
+    ASSERT_EQ(0, fern_stats(&s1));
+    double busy_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    uint64_t bound = 32 * (uint64_t)(busy_ms / 10 + 1);
+    if (bound < (uint64_t)N - 8)
+        EXPECT_LE(s1.stack_trims - s0.stack_trims, bound)
+            << "trimmed more than a batch per 10 ms while busy (" << busy_ms << " ms)";
+    else
+        std::printf("busy phase took %.1f ms: too slow to check the batch limit\n", busy_ms);
+    // Idle now: within a few ms every cold stack is trimmed (the STACK_HOT
+    // most recently freed stay as they are).
+    EXPECT_TRUE(wait_until([&] { return fern_stats(&s2) == 0 && s2.stack_trims - s0.stack_trims >= (uint64_t)N - 8; },
+                           10000))
+        << "trims " << s2.stack_trims - s0.stack_trims;
+    int returned = 0;
+    for (int i = 0; i < N; i++)
+        returned += resident_pages(ctx->lowest[i], ctx->top[i] - kKeep - 4096) == 0;
+    EXPECT_GE(returned, N - 8) << "deep pages still resident in most stacks";
+    EXPECT_EQ(0, fern_cluster_destroy(c));
+    delete ctx;
+}
+
 } // namespace
