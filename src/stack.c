@@ -95,6 +95,7 @@ static struct {
     size_t page;                 /* sysconf(_SC_PAGESIZE) */
     int guard_mode;
     bool guard_batch;            /* process_madvise guards a batch of slots */
+    bool mincore_ok;             /* trim() may ask mincore (mincore_works) */
     uint32_t guard_budget;
     uint32_t mprotect_used;
     struct slab *slabs;
@@ -170,6 +171,26 @@ static long guard_batch_call(const struct iovec *v, size_t n)
 #endif
 }
 
+/* Does mincore tell a touched page from an untouched one at our page size?
+ * Under qemu-user with a guest page size larger than the host's
+ * (QEMU_PAGESIZE), it answers per host page and the answers land at the
+ * wrong indices; trim() then takes every stack for untouched and returns
+ * nothing. If it misreports, stacks are trimmed without asking. */
+static bool mincore_works(void)
+{
+    size_t pg = S.page;
+    char *p = mmap(NULL, 2 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (p == MAP_FAILED)
+        return false;
+    unsigned char vec[2 * ((size_t)64 << 10) / 4096]; /* room for 4 KiB answers up to 64 KiB pages */
+    memset(vec, 0, sizeof vec);
+    *(volatile char *)(p + pg) = 1;
+    bool ok = 2 * pg <= sizeof vec * 4096 && mincore(p, 2 * pg, vec) == 0 && !(vec[0] & 1) && (vec[1] & 1);
+    munmap(p, 2 * pg);
+    return ok;
+}
+
 /* Can one process_madvise call guard several slots? It needs PIDFD_SELF
  * (Linux 6.15+) and a kernel that lets a process apply any advice to itself
  * that way; older kernels say EBADF or EINVAL. */
@@ -194,6 +215,7 @@ int stack_init(void)
     long pg = sysconf(_SC_PAGESIZE);
     S.page = pg > 0 ? (size_t)pg : 4096;
     S.guard_budget = config.guard_budget;
+    S.mincore_ok = mincore_works();
     if (config.guard == CONFIG_GUARD_CANARY)
         S.guard_mode = FERN_GUARD_CANARY;
     else if (config.guard == CONFIG_GUARD_MPROTECT)
@@ -379,7 +401,7 @@ static void trim(struct stack *s)
     size_t len = s->size > STACK_KEEP ? (s->size - STACK_KEEP) & ~(pg - 1) : 0;
     if (len) {
         bool used = true;
-        if (len <= TRIM_PROBE_MAX) {
+        if (len <= TRIM_PROBE_MAX && S.mincore_ok) {
             unsigned char vec[TRIM_PROBE_MAX / 4096]; /* pages are at least 4 KiB */
             if (mincore(s->lo, len, vec) == 0) {
                 used = false;

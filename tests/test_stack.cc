@@ -607,6 +607,20 @@ __attribute__((noinline, noipa)) void down_and_wait(TrimCtx *c, int i, int depth
     (void)buf[depth % sizeof buf];
 }
 
+// Whether mincore reports residency at sysconf's page size (not under
+// qemu-user with a QEMU_PAGESIZE larger than the host's: it answers per host
+// page).
+bool mincore_reliable() {
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    char *p = (char *)mmap(nullptr, 2 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return false;
+    std::vector<unsigned char> vec(2 * pg / 4096 + 2);
+    *(volatile char *)(p + pg) = 1;
+    bool ok = mincore(p, 2 * pg, vec.data()) == 0 && !(vec[0] & 1) && (vec[1] & 1);
+    munmap(p, 2 * pg);
+    return ok;
+}
+
 // Pages of [lo, hi) resident in memory.
 size_t resident_pages(uintptr_t lo, uintptr_t hi) {
     uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
@@ -670,10 +684,14 @@ TEST(Stack, DeepStacksTrimmedWhenIdleNotWhileBusy) {
     EXPECT_TRUE(wait_until([&] { return fern_stats(&s2) == 0 && s2.stack_trims - s0.stack_trims >= (uint64_t)N - 8; },
                            10000))
         << "trims " << s2.stack_trims - s0.stack_trims;
-    int returned = 0;
-    for (int i = 0; i < N; i++)
-        returned += resident_pages(ctx->lowest[i], ctx->top[i] - kKeep - 4096) == 0;
-    EXPECT_GE(returned, N - 8) << "deep pages still resident in most stacks";
+    if (mincore_reliable()) {
+        int returned = 0;
+        for (int i = 0; i < N; i++)
+            returned += resident_pages(ctx->lowest[i], ctx->top[i] - kKeep - 4096) == 0;
+        EXPECT_GE(returned, N - 8) << "deep pages still resident in most stacks";
+    } else {
+        std::printf("mincore misreports at this page size (emulator): residency not checked\n");
+    }
     EXPECT_EQ(0, fern_cluster_destroy(c));
     delete ctx;
 }
