@@ -34,8 +34,8 @@
  * stack that falls from hot to cold is trimmed (MADV_DONTNEED of all but its
  * top STACK_KEEP bytes) by an idle worker (when: sched.c, TRIM_IDLE_NS), so
  * one deep call does not pin memory forever; trimming is never on the
- * spawn/exit path. Beyond
- * STACK_CACHE_MAX a worker hands stacks to the global per-class lists.
+ * spawn/exit path. Beyond STACK_CACHE_MAX a worker hands stacks to the
+ * global per-class lists.
  *
  * Late binding: a thread gets its stack when it first runs (stack_bind),
  * from the cache of the worker that runs it.
