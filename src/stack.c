@@ -147,12 +147,19 @@ static bool page_refuses_access(const char *p)
     return refused;
 }
 
+/* n fresh pages for a start-up probe (the caller unmaps them), or NULL. */
+static char *probe_pages(size_t n)
+{
+    char *p = mmap(NULL, n * S.page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
 static bool guard_install_works(void)
 {
     size_t pg = S.page;
-    char *p = mmap(NULL, 2 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
-    if (p == MAP_FAILED)
+    char *p = probe_pages(2);
+    if (!p)
         return false;
     int saved = errno;
     bool ok = madvise(p, pg, MADV_GUARD_INSTALL) == 0 && page_refuses_access(p);
@@ -179,9 +186,8 @@ static long guard_batch_call(const struct iovec *v, size_t n)
 static bool mincore_works(void)
 {
     size_t pg = S.page;
-    char *p = mmap(NULL, 2 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
-    if (p == MAP_FAILED)
+    char *p = probe_pages(2);
+    if (!p)
         return false;
     unsigned char vec[2 * ((size_t)64 << 10) / 4096]; /* room for 4 KiB answers up to 64 KiB pages */
     memset(vec, 0, sizeof vec);
@@ -197,9 +203,8 @@ static bool mincore_works(void)
 static bool guard_batch_works(void)
 {
     size_t pg = S.page;
-    char *p = mmap(NULL, 4 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
-    if (p == MAP_FAILED)
+    char *p = probe_pages(4);
+    if (!p)
         return false;
     struct iovec v[2] = {{p, pg}, {p + 2 * pg, pg}};
     bool ok = guard_batch_call(v, 2) == (long)(2 * pg) && page_refuses_access(p + 2 * pg);
