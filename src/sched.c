@@ -651,8 +651,9 @@ static void worker_kick(struct worker *v);
  * two workers on two CPUs (bench/fern_migrate, k = 2) went 25% slower when
  * the workers trimmed the stacks of 10,000 threads that had just ended in
  * their brief idle moments. So a worker trims at most one batch per
- * TRIM_GAP_NS until it has slept TRIM_IDLE_NS with nobody waking it; from
- * then on, until it finds work, batch after batch. Memory comes back
+ * TRIM_GAP_NS until it has slept TRIM_IDLE_NS with nobody waking it and
+ * nothing else due (a timer of its own ends such a sleep first); from then
+ * on, until it finds work, batch after batch. Memory comes back
  * TRIM_IDLE_NS after a burst, and within 1 s per 3,200 stacks (a batch of
  * 32 every 10 ms) on a worker that is never idle that long. */
 #define TRIM_IDLE_NS 5000000
@@ -665,7 +666,8 @@ static bool worker_sleep(struct worker *w)
 {
     struct fern_cluster *c = w->cluster;
     bool linger_over = false;
-    int64_t trim_at = FERN_FOREVER;
+    int64_t trim_at = FERN_FOREVER; /* see TRIM_IDLE_NS */
+    bool trim_wait = false;         /* the sleep lasts until trim_at */
     /* Trimming is done before listing ourselves idle, or every wake-up
      * meanwhile would pick us and pay a futex call for a worker that is
      * not asleep. */
@@ -713,6 +715,7 @@ static bool worker_sleep(struct worker *w)
         if (trim_at < deadline) {
             deadline = trim_at;
             linger_over = false;
+            trim_wait = true;
         }
         STORE_RELAXED(&w->n_sleeps, w->n_sleeps + 1);
         if (!io_sleep(w, deadline))
@@ -728,7 +731,11 @@ static bool worker_sleep(struct worker *w)
         STORE_RELAXED(&c->nidle, c->nidle - 1);
     }
     spin_unlock(&c->idle_lock);
-    if (!woken && trim_at != FERN_FOREVER && fern_now_ns() >= trim_at)
+    /* Idle TRIM_IDLE_NS: nobody woke us and nothing else (a timer, a
+     * look at a pending hand-off) was due before the trim deadline. A
+     * sleep that ended late because the kernel ran something else instead
+     * does not count. */
+    if (!woken && trim_wait && fern_now_ns() >= trim_at)
         w->trim_idle = true;
     monitor_worker_busy(w);
     /* A spare ends only if nobody picked it and, after it unlisted itself
