@@ -289,18 +289,20 @@ static inline __attribute__((always_inline)) int chan_op_locked(fern_chan *ch, v
 }
 
 /* The whole of chan_op but its argument checks, out of line: the cases
- * chan_op leaves to it. `mode` < 0: the bias is to be settled first
- * (nothing begun); otherwise the operation is open in that mode, and
- * `locked` says whether the caller holds ch's lock (shared mode) already.
- * Six arguments, so that chan_op's calls are tail calls. */
+ * chan_op leaves to it. `how` is SLOW_HOW(mode, locked): `mode` as
+ * bias_try returned it, < 0 if the bias is to be settled first (nothing
+ * begun), else the operation is open in that mode and `locked` says whether
+ * the caller holds ch's lock (shared mode) already. One argument for both:
+ * six in all, so that chan_op's calls are tail calls. */
+#define SLOW_HOW(mode, locked) (((mode) + 1) * 2 + (locked))
 static __attribute__((noinline)) int chan_op_slow(fern_chan *ch, void *elem, bool send,
-                                                  int64_t deadline, bool try_only, int mode_locked)
+                                                  int64_t deadline, bool try_only, int how)
 {
-    int mode = mode_locked >> 1;
+    int mode = how / 2 - 1;
     struct caller me; /* the same as chan_op's: no park in between */
     caller_get(&me);
     bool plain = mode >= 0 ? mode : bias_enter(&ch->bias_, &me);
-    if (!(mode_locked & 1))
+    if (!(how & 1))
         qlock(plain, &ch->lock);
     return chan_op_locked(ch, elem, send, deadline, try_only, false, plain, me);
 }
@@ -320,11 +322,11 @@ static inline __attribute__((always_inline)) int chan_op(fern_chan *ch, void *el
     caller_get(&me);
     int mode = bias_try(&ch->bias_, &me);
     if (unlikely(mode < 0) || (!mode && unlikely(!spin_trylock(&ch->lock))))
-        return chan_op_slow(ch, elem, send, deadline, try_only, mode * 2);
+        return chan_op_slow(ch, elem, send, deadline, try_only, SLOW_HOW(mode, 0));
     /* A send claims from recvq only, a receive from sendq only. */
     struct waiter *other = (send ? ch->recvq : ch->sendq).head;
     if (other && unlikely(!other->p->solo))
-        return chan_op_slow(ch, elem, send, deadline, try_only, mode * 2 + 1);
+        return chan_op_slow(ch, elem, send, deadline, try_only, SLOW_HOW(mode, 1));
     return chan_op_locked(ch, elem, send, deadline, try_only, true, mode, me);
 }
 

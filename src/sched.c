@@ -666,8 +666,8 @@ static bool worker_sleep(struct worker *w)
 {
     struct fern_cluster *c = w->cluster;
     bool linger_over = false;
-    int64_t trim_at = FERN_FOREVER; /* see TRIM_IDLE_NS */
-    bool trim_wait = false;         /* the sleep lasts until trim_at */
+    /* see TRIM_IDLE_NS; FERN_FOREVER unless the sleep lasts until then */
+    int64_t trim_at = FERN_FOREVER;
     /* Trimming is done before listing ourselves idle, or every wake-up
      * meanwhile would pick us and pay a futex call for a worker that is
      * not asleep. */
@@ -715,7 +715,8 @@ static bool worker_sleep(struct worker *w)
         if (trim_at < deadline) {
             deadline = trim_at;
             linger_over = false;
-            trim_wait = true;
+        } else {
+            trim_at = FERN_FOREVER;
         }
         STORE_RELAXED(&w->n_sleeps, w->n_sleeps + 1);
         if (!io_sleep(w, deadline))
@@ -735,7 +736,7 @@ static bool worker_sleep(struct worker *w)
      * look at a pending hand-off) was due before the trim deadline. A
      * sleep that ended late because the kernel ran something else instead
      * does not count. */
-    if (!woken && trim_wait && fern_now_ns() >= trim_at)
+    if (!woken && fern_now_ns() >= trim_at)
         w->trim_idle = true;
     monitor_worker_busy(w);
     /* A spare ends only if nobody picked it and, after it unlisted itself

@@ -381,6 +381,19 @@ static inline uintptr_t guess_ahead(uintptr_t cur, uintptr_t prev, uintptr_t k)
     return cur + (cur - prev) * k;
 }
 
+/* The first line of each of the n - 1 guesses after the k-th (guess_ahead),
+ * back to back so that their page walks overlap (HEIR_BURST). */
+static inline void prefetch_burst(uintptr_t cur, uintptr_t prev, uintptr_t k, unsigned n, bool write)
+{
+    for (unsigned i = 1; i < n; i++) {
+        const void *g = (const void *)guess_ahead(cur, prev, k + i);
+        if (write)
+            prefetch_w(g);
+        else
+            prefetch(g);
+    }
+}
+
 static inline void prefetch_lines(const void *lo, const void *hi)
 {
     for (const char *a = lo; a < (const char *)hi; a += 64)
@@ -444,8 +457,7 @@ static inline void heir_prefetch(fern_mutex *m, const struct waiter *wt)
             uintptr_t g = guess_ahead((uintptr_t)n, (uintptr_t)w, HEIR_AHEAD - 1);
             prefetch_lines((const void *)(g - (uintptr_t)(w - sp)), (const void *)(g + (uintptr_t)(top - w)));
             if (m->heirs_ % HEIR_BURST == 0)
-                for (unsigned k = 1; k < HEIR_BURST; k++)
-                    prefetch((const void *)guess_ahead((uintptr_t)n, (uintptr_t)w, HEIR_AHEAD - 1 + k));
+                prefetch_burst((uintptr_t)n, (uintptr_t)w, HEIR_AHEAD - 1, HEIR_BURST, false);
         }
     }
 }
@@ -718,8 +730,7 @@ static inline void broadcast_prefetch(uintptr_t wt, uintptr_t last, uint32_t i)
         prefetch_w((const void *)g);
         prefetch_w((const void *)(g + 64));
         if (i % BROADCAST_BURST == 0)
-            for (unsigned k = 1; k < BROADCAST_BURST; k++)
-                prefetch_w((const void *)guess_ahead(wt, last, BROADCAST_AHEAD + k));
+            prefetch_burst(wt, last, BROADCAST_AHEAD, BROADCAST_BURST, true);
     }
 }
 

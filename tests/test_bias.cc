@@ -379,8 +379,6 @@ TEST(Bias, StressManyObjectsManyRevokers) {
     EXPECT_EQ(total, done.load());
 }
 
-} // namespace
-
 // ---- channels (src/chan.c: biased like the mutex) ----
 
 // Sum and count of what a receiver got: every value exactly once.
@@ -588,3 +586,5 @@ TEST(Bias, SelectSharesBiasedChannels) {
     EXPECT_EQ(0, fern_chan_destroy(unused));
     EXPECT_EQ(r0 + (bias_on() ? 2 : 0), revocations());
 }
+
+} // namespace
