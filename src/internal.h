@@ -561,6 +561,8 @@ struct worker {
     int64_t mon_since;
     int64_t mon_cpu;            /* the kernel thread's CPU time at mon_since */
     int64_t mon_req_cpu;        /* its CPU time at the first preemption request, or 0 */
+    int64_t mon_asleep;         /* when the monitor first saw it asleep in the kernel
+                                 * at this switch count, at every look since; 0 */
     /* preemption (preempt.c): a timer on this kernel thread's CPU clock
      * signals it every tick of CPU it uses; the handler keeps the running
      * thread's slice. Handler and owner only. */

@@ -22,7 +22,7 @@
  *     monitor: a monitor that waits for a CPU on a loaded machine does not
  *     delay it;
  *   - after two slices it counts the worker as stuck if it sleeps in the
- *     kernel, or (preemption on) its handler found the thread at an unsafe
+ *     kernel (seen so at looks a tick apart: worker_asleep), or (preemption on) its handler found the thread at an unsafe
  *     point at every look for a slice of CPU (preempt_blocked) with work
  *     waiting, or has run two slices
  *     of CPU in that thread and one more since work began to wait, or (preemption off) has used
@@ -87,15 +87,32 @@ static int64_t thread_cpu_ns(int tid)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* Is w asleep in the kernel, and was it at every look since one a tick
+ * ago or more (its switch count unchanged)? One look is not proof: a busy
+ * worker can be caught in a short sleep (a page fault waiting for the
+ * disk, a contended libc lock; under qemu-user, the emulator's own waits
+ * while the guest spins), and a rescue moves its preempted threads to
+ * other kernel threads. Costs a rescue one tick more. */
+static bool worker_asleep(struct worker *w, int64_t now)
+{
+    if (!task_sleeping(LOAD_RELAXED(&w->tid))) {
+        w->mon_asleep = 0;
+        return false;
+    }
+    if (!w->mon_asleep)
+        w->mon_asleep = now;
+    return now - w->mon_asleep >= M.tick_ns;
+}
+
 /* A worker that has kept one thread for two slices of wall time is stuck
- * if it sleeps in the kernel, or if it has used two slices of CPU since:
- * then preemption could not stop it (excluded code, the signal blocked).
- * One that merely waited for a CPU (an overloaded machine) is not: more
- * kernel threads would not help it. */
-static bool worker_stuck(struct worker *w, uint64_t sw)
+ * if it sleeps in the kernel (worker_asleep: *asleep), or if it has used
+ * two slices of CPU since: then preemption could not stop it (excluded
+ * code, the signal blocked). One that merely waited for a CPU (an
+ * overloaded machine) is not: more kernel threads would not help it. */
+static bool worker_stuck(struct worker *w, uint64_t sw, int64_t now, bool *asleep)
 {
     int tid = LOAD_RELAXED(&w->tid);
-    if (task_sleeping(tid))
+    if ((*asleep = worker_asleep(w, now)))
         return true;
     /* Its handler found an unsafe point at every look for a slice of CPU
      * (a loop inside libc): no need to wait for CPU-time proof. */
@@ -156,6 +173,7 @@ static bool watch_cluster(struct fern_cluster *c, int64_t now)
             __atomic_store_n(&w->mon_switches, sw, __ATOMIC_RELEASE);
             STORE_RELAXED(&w->mon_since, now);
             w->mon_req_cpu = 0;
+            w->mon_asleep = 0;
             continue;
         }
         if (LOAD_RELAXED(&w->cur) == &w->g0) {
@@ -187,13 +205,14 @@ static bool watch_cluster(struct fern_cluster *c, int64_t now)
         nlong += ran >= M.slice_ns;
         /* Wall time first (cheap), then CPU time (worker_stuck): a worker
          * that merely waited for a CPU is not stuck. */
-        if (ran >= 2 * M.slice_ns && worker_stuck(w, sw)) {
+        bool asleep;
+        if (ran >= 2 * M.slice_ns && worker_stuck(w, sw, now, &asleep)) {
             nstuck++;
             /* Preempted threads stay pinned to their worker unless it is
              * blocked in the kernel, where it could wait for one of them
              * (a pthread mutex it holds) forever. */
             if (worker_has_queued(w))
-                rescue_worker(w, tqueue_len(&w->pinned) && task_sleeping(LOAD_RELAXED(&w->tid)));
+                rescue_worker(w, asleep && tqueue_len(&w->pinned));
         }
     }
     STORE_RELAXED(&c->stuck, nstuck > 0);

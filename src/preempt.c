@@ -297,17 +297,21 @@ __attribute__((no_sanitize("address"))) static void preempt_tick(struct worker *
         w->slice_next = 0;
         t->slice_carry = 0;
     }
+    int64_t used = cpu - w->slice_start;
+    bool expired = used >= P.slice_ns;
     if (unlikely(t->rescued)) {
         /* Rescued from a worker asleep in the kernel (rescue_worker): not
-         * preempted during the run in which this tick first sees it. */
+         * preempted during the run in which this tick first sees it, while
+         * nothing else needs this worker alone. Threads preempted here
+         * (pinned) can run nowhere else: once the rescued thread's slice is
+         * over they get their turn, or a rescued spinner would starve them
+         * for ever. */
         if (t->rescued_sw == UINT64_MAX)
             t->rescued_sw = sw;
-        if (t->rescued_sw == sw)
+        if (t->rescued_sw == sw && !(expired && tqueue_len(&w->pinned)))
             return;
         t->rescued = 0;
     }
-    int64_t used = cpu - w->slice_start;
-    bool expired = used >= P.slice_ns;
     bool inbox = inbox_len(&w->cluster->inbox) != 0;
     bool queued = expired && (inbox || worker_has_queued(w));
     /* Only hints so far: a due timer is confirmed below, under its lock. */

@@ -263,3 +263,58 @@ TEST(Monitor, PreemptedPthreadMutexHolderIsRescuedFirst) {
     EXPECT_EQ(20, done.load());
     ASSERT_EQ(0, fern_shutdown());
 }
+
+// A thread rescued from a worker asleep in the kernel runs unpreempted on
+// the worker that takes it, but not for ever when that worker has threads
+// of its own preempted there (they can run nowhere else). Four spinners on
+// two workers (each worker runs one and has one or more pinned) and a fifth
+// thread that blocks in a raw read(2): its worker sleeps with spinners
+// pinned, they are rescued, and the other worker, woken for them, runs one.
+// Every spinner must keep making progress; a rescued spinner that was never
+// preempted again starved the pinned spinners of the worker it landed on.
+TEST(Monitor, RescuedSpinnerDoesNotStarvePinnedThreads) {
+    if (!kAsyncPreempt) GTEST_SKIP() << kNoPreemptMsg;
+    if (kTsan) GTEST_SKIP() << "ThreadSanitizer: cooperative preemption only";
+    restart(2, 2000);
+    Watchdog wd(60, "RescuedSpinnerDoesNotStarvePinnedThreads");
+    int fds[2];
+    ASSERT_EQ(0, pipe(fds));
+    constexpr int kSpinners = 4;
+    std::atomic<uint64_t> count[kSpinners] = {};
+    std::atomic<bool> stop{false};
+    std::vector<fern_thread *> ts;
+    for (int i = 0; i < kSpinners; i++) {
+        fern_thread *t;
+        ASSERT_EQ(0, spawn(&t, nullptr, [&, i] {
+                      while (!stop.load(std::memory_order_relaxed))
+                          count[i].fetch_add(1, std::memory_order_relaxed);
+                  }));
+        ts.push_back(t);
+    }
+    // Until every spinner has run: each worker has one running, others pinned.
+    for (int i = 0; i < kSpinners; i++)
+        while (count[i].load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    fern_thread *blocker;
+    std::atomic<bool> blocking{false};
+    ASSERT_EQ(0, spawn(&blocker, nullptr, [&] {
+                  blocking = true;
+                  char c;
+                  EXPECT_EQ(1, syscall(SYS_read, fds[0], &c, 1));
+              }));
+    while (!blocking.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    // The rescue comes a few slices after the blocker's worker fell asleep.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    uint64_t before[kSpinners];
+    for (int i = 0; i < kSpinners; i++) before[i] = count[i].load();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    int starved = 0;
+    for (int i = 0; i < kSpinners; i++) starved += count[i].load() == before[i];
+    EXPECT_EQ(0, starved) << "spinners that made no progress in 300 ms with the blocker asleep";
+    ASSERT_EQ(1, write(fds[1], "x", 1));
+    stop = true;
+    ASSERT_EQ(0, fern_join(blocker, nullptr));
+    for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
+    close(fds[0]);
+    close(fds[1]);
+    ASSERT_EQ(0, fern_shutdown());
+}

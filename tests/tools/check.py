@@ -244,21 +244,24 @@ def perf(prog, prog_fp):
             for s in samples:
                 syms = [l.split(None, 1)[1] if len(l.split(None, 1)) > 1 else "?"
                         for l in s.strip().splitlines()]
-                if "on_preempt" in syms or "sighandler" in syms:
+                if "on_preempt" in syms or "sighandler" in syms or "__restore_rt" in syms:
                     # Taken inside the preemption tick's signal handler
-                    # (ThreadSanitizer's wrapper of it is `sighandler`): the
-                    # walk crosses the kernel's signal frame, which perf's
-                    # DWARF unwinder does not always get through. Counted,
-                    # and bounded below, not required to reach the base.
+                    # (ThreadSanitizer's wrapper of it is `sighandler`), or
+                    # on its way out in libc's return trampoline
+                    # (`__restore_rt`, whose one instruction is the
+                    # sigreturn call): the walk crosses the kernel's signal
+                    # frame, which perf's DWARF unwinder does not always get
+                    # through (1 sample in 2,470 seen). Counted, and bounded
+                    # below, not required to reach the base.
                     in_handler += 1
                     continue
                 if "thread_entry" not in syms or syms[-1] != "fern_ctx_entry":
                     bad.append(s)
             check(not bad, "perf %s: every busy_work sample ends at fern_ctx_entry (%d of %d do not; "
-                  "%d in the preemption handler)" % (how, len(bad), len(samples), in_handler),
+                  "%d in the preemption handler or its return)" % (how, len(bad), len(samples), in_handler),
                   "\n\n".join(bad[:3]))
             check(in_handler * 20 <= len(samples), "perf %s: at most 5%% of the samples in the preemption "
-                  "handler (%d of %d)" % (how, in_handler, len(samples)))
+                  "handler or its return (%d of %d)" % (how, in_handler, len(samples)))
     finally:
         shutil.rmtree(tmp)
 
