@@ -446,6 +446,76 @@ TEST(Stack, HundredThousandParkedThenWoken) {
     EXPECT_EQ(0u, s.stacks_in_use);
 }
 
+// The global pool (more stacks than the workers' caches hold): rounds of
+// N threads parked at once on a two-worker cluster, some going deep. Every
+// later round is served from the pools (clean stacks first, then dirty
+// ones, and those an idle worker trimmed meanwhile), mapping at most what
+// the other worker's cache may hold meanwhile,
+// no stack is handed to two threads (each checks a mark on its own stack
+// after the others have run), and none is lost (mapped = in use + cached).
+TEST(Stack, PooledStacksServeLaterRoundsWhole) {
+    Watchdog wd(120, "PooledStacksServeLaterRoundsWhole");
+    fern_cluster *c = nullptr;
+    ASSERT_EQ(0, fern_cluster_create(&c, 2));
+    const long N = tsan_capped(scaled(4000, 1500), 1500);
+    fern_mutex m = FERN_MUTEX_INIT;
+    fern_cond cv = FERN_COND_INIT;
+    struct Ctx {
+        fern_mutex *m;
+        fern_cond *cv;
+        long waiting;
+        bool release;
+        long deep_every;
+        std::atomic<long> bad;
+    } ctx{&m, &cv, 0, false, 0, {0}};
+    auto body = [](void *p) -> void * {
+        auto *x = static_cast<Ctx *>(p);
+        volatile uintptr_t mark = (uintptr_t)&mark ^ 0x5a5a5a5a;
+        fern_mutex_lock(x->m);
+        long me = x->waiting++;
+        while (!x->release) fern_cond_wait(x->cv, x->m);
+        fern_mutex_unlock(x->m);
+        if (x->deep_every && me % x->deep_every == 0) {
+            volatile char deep[64 * 1024];
+            for (size_t i = 0; i < sizeof deep; i += 512) deep[i] = (char)i;
+        }
+        if (mark != ((uintptr_t)&mark ^ 0x5a5a5a5a)) x->bad++;
+        return nullptr;
+    };
+    uint64_t mapped_after_first = 0;
+    for (int round = 0; round < 4; round++) {
+        ctx.waiting = 0;
+        ctx.release = false;
+        ctx.deep_every = round == 1 ? 3 : 0; // dirty stacks for the pool
+        std::vector<fern_thread *> ts(N);
+        fern_attr attr = {0, nullptr, c, false};
+        for (long i = 0; i < N; i++) ASSERT_EQ(0, fern_spawn(&ts[i], &attr, body, &ctx)) << i;
+        wait_for_count(&m, &ctx.waiting, N, 2);
+        fern_mutex_lock(&m);
+        ctx.release = true;
+        fern_cond_broadcast(&cv);
+        fern_mutex_unlock(&m);
+        for (long i = 0; i < N; i++) ASSERT_EQ(0, fern_join(ts[i], nullptr));
+        struct fern_stats s;
+        wait_until([&] { return fern_stats(&s) == 0 && s.stacks_in_use == 0; }, 2000);
+        ASSERT_EQ(0, fern_stats(&s));
+        EXPECT_EQ(0u, s.stacks_in_use);
+        EXPECT_EQ(s.stacks_mapped, s.stacks_cached) << "round " << round << ": a stack was lost";
+        if (round == 0)
+            mapped_after_first = s.stacks_mapped;
+        else // a worker's own cache (256 cold + 4 hot) may sit idle while the other maps
+            EXPECT_LE(s.stacks_mapped - mapped_after_first, 2u * 260) << "round " << round << " mapped more stacks";
+        if (round == 2) // the deep ones of round 1 get trimmed while idle
+            wait_until([&] { return fern_stats(&s) == 0 && s.stack_trims > 0; }, 5000);
+    }
+    EXPECT_GE(mapped_after_first, (uint64_t)N);
+    EXPECT_EQ(0, ctx.bad.load()) << "threads found their stack written by another";
+    struct fern_stats s;
+    ASSERT_EQ(0, fern_stats(&s));
+    EXPECT_GT(s.stack_trims, 0u);
+    EXPECT_EQ(0, fern_cluster_destroy(c));
+}
+
 bool kernel_has_madv_guard() {
 #ifndef MADV_GUARD_INSTALL
 #define MADV_GUARD_INSTALL 102
