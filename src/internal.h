@@ -602,7 +602,8 @@ struct fern_cluster {
     uint32_t stopping;
     uint32_t wakers;            /* inbox pushes still inside cluster_wake */
     unsigned nworkers;          /* base workers + compensation slots in use;
-                                 * grows (release) up to nbase + SPARES_MAX */
+                                 * grows (release) up to nbase + SPARES_MAX
+                                 * + RESCUE_SPARES_MAX */
     unsigned nbase;             /* workers asked for */
     uint32_t stuck;             /* the monitor saw a stuck worker at its last tick */
     struct fern_cluster *next_cluster;
@@ -821,12 +822,20 @@ void inbox_push_wake(struct fern_cluster *c, fern_thread *t);
  * monitor or cluster_stop (DORMANT), whose slot a later start reuses. */
 enum { SPARE_NO = 0, SPARE_RUNNING = 1, SPARE_EXITED = 2, SPARE_DORMANT = 3 };
 #define SPARES_MAX 4u            /* compensation workers per cluster at most */
-int spare_start(struct fern_cluster *c);
+/* More only to run a thread rescued from a worker asleep in the kernel
+ * when every worker, spares included, sleeps there too (monitor.c): it may
+ * hold the lock they all wait for. */
+#define RESCUE_SPARES_MAX 4u
+/* Start a spare for c: 0, EAGAIN at the limit (SPARES_MAX, or with rescue
+ * SPARES_MAX + RESCUE_SPARES_MAX) or if it could not launch, ENOMEM, or
+ * EINVAL if c is stopping. */
+int spare_start(struct fern_cluster *c, bool rescue);
 void spares_reap(struct fern_cluster *c);
 /* Move what waits on a stuck worker v (its ring, hand-off slot, and with
  * pinned_too its pinned threads) to its cluster's inbox; returns how many
  * threads moved. */
 unsigned rescue_worker(struct worker *v, bool pinned_too);
+bool inbox_front_rescued(struct fern_cluster *c);
 /* v has something runnable waiting (ring, hand-off, pinned). */
 bool worker_has_queued(struct worker *v);
 

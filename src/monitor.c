@@ -31,7 +31,9 @@
  *     only if it sleeps in the kernel, see rescue_worker's call) moves to
  *     the cluster inbox, and if no worker of the cluster is free to run it,
  *     a compensation worker (a spare) is started (sched.c: spare_start; at
- *     most SPARES_MAX per cluster; a spare ends itself after
+ *     most SPARES_MAX per cluster, and RESCUE_SPARES_MAX more only for a
+ *     thread rescued from a worker asleep in the kernel when every worker
+ *     sleeps there: it may hold their lock; a spare ends itself after
  *     SPARE_LINGER_NS without work).
  * It also looks for deadlocks (deadlock.c), also while every worker is
  * idle (that is what a deadlock looks like): then it sleeps only until the
@@ -218,9 +220,18 @@ static bool watch_cluster(struct fern_cluster *c, int64_t now)
     STORE_RELAXED(&c->stuck, nstuck > 0);
     /* Work waits in the inbox, some worker is stuck, and every live worker
      * has kept one thread for a slice or more: nobody is about to run it. */
-    if (nstuck && nlong == nlive && !nfree && inbox_len(&c->inbox) &&
-        spare_start(c) == 0)
-        STORE_RELAXED(&M.spares_started, M.spares_started + 1);
+    if (nstuck && nlong == nlive && !nfree && inbox_len(&c->inbox)) {
+        int r = spare_start(c, false);
+        /* Every spare is taken. If a thread rescued from a worker asleep in
+         * the kernel waits at the front, the workers may all sleep on a
+         * lock it holds (preempted with it, after the spares were taken
+         * while it ran where preemption could not reach): one more, over
+         * the limit, to run it. */
+        if (r == EAGAIN && inbox_front_rescued(c))
+            r = spare_start(c, true);
+        if (r == 0)
+            STORE_RELAXED(&M.spares_started, M.spares_started + 1);
+    }
     return busy;
 }
 

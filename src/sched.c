@@ -1512,7 +1512,9 @@ static int worker_launch(struct worker *w)
 int cluster_start(struct fern_cluster **out, unsigned n)
 {
     /* On a line of its own (aligned_alloc's size: a multiple of 64). */
-    size_t size = (sizeof(struct fern_cluster) + (n + SPARES_MAX) * sizeof(struct worker *) + 63) & ~(size_t)63;
+    size_t size =
+        (sizeof(struct fern_cluster) + (n + SPARES_MAX + RESCUE_SPARES_MAX) * sizeof(struct worker *) + 63) &
+        ~(size_t)63;
     struct fern_cluster *c = aligned_alloc(64, size);
     if (!c)
         return ENOMEM;
@@ -1568,7 +1570,7 @@ int64_t cluster_live(struct fern_cluster *c)
  * there is room. Called by the monitor with rt.boot_lock held (so c is not
  * being stopped: cluster_stop sets `stopping` and then takes that lock
  * before it counts the workers it joins). */
-int spare_start(struct fern_cluster *c)
+int spare_start(struct fern_cluster *c, bool rescue)
 {
     if (LOAD(&c->stopping))
         return EINVAL;
@@ -1578,7 +1580,7 @@ int spare_start(struct fern_cluster *c)
         if (LOAD(&c->workers[i]->spare) == SPARE_DORMANT)
             w = c->workers[i];
     if (!w) {
-        if (n >= c->nbase + SPARES_MAX)
+        if (n >= c->nbase + SPARES_MAX + (rescue ? RESCUE_SPARES_MAX : 0))
             return EAGAIN;
         if (!(w = worker_new(c, n, false)))
             return ENOMEM;
@@ -1685,6 +1687,20 @@ unsigned rescue_worker(struct worker *v, bool pinned_too)
     }
     cluster_wake(v->cluster);
     return n + npinned;
+}
+
+/* Is the thread at the front of c's inbox one rescue_worker took from a
+ * worker asleep in the kernel (monitor thread, which set the flag)? */
+bool inbox_front_rescued(struct fern_cluster *c)
+{
+    struct inbox *q = &c->inbox;
+    if (!inbox_len(q))
+        return false;
+    spin_lock(&q->lock);
+    fern_thread *t = q->cnt ? q->slot[q->head] : q->lhead;
+    bool r = t && t->rescued;
+    spin_unlock(&q->lock);
+    return r;
 }
 
 /* Stop and join c's workers and free it. Caller checked it is unused. */

@@ -318,3 +318,56 @@ TEST(Monitor, RescuedSpinnerDoesNotStarvePinnedThreads) {
     close(fds[1]);
     ASSERT_EQ(0, fern_shutdown());
 }
+
+// The holder of a kernel-side lock first runs long inside libc, where
+// preemption cannot stop it: every worker the monitor adds meanwhile (up
+// to the 4 spares) takes a thread that blocks on the lock. Then the holder,
+// back in its own code, is preempted, its worker runs one more such thread
+// and sleeps too: the rescue puts the holder at the front of the inbox, but
+// every worker, spares included, sleeps in the kernel. A rescue spare, over
+// the limit, runs it; before, the program hung.
+TEST(Monitor, RescuedHolderRunsWhenEverySpareIsBlocked) {
+    if (!kAsyncPreempt) GTEST_SKIP() << kNoPreemptMsg;
+    if (kTsan) GTEST_SKIP() << "ThreadSanitizer: cooperative preemption only";
+    restart(1, 0);
+    Watchdog wd(60, "RescuedHolderRunsWhenEverySpareIsBlocked");
+    std::mutex mu; // a kernel-side lock, invisible to fern
+    std::atomic<bool> locked{false};
+    std::atomic<int> done{0};
+    static char zeros[1 << 20];
+    fern_thread *holder;
+    ASSERT_EQ(0, spawn(&holder, nullptr, [&] {
+                  std::lock_guard<std::mutex> g(mu);
+                  locked = true;
+                  // In libc (not preemptible) until the spares are all taken...
+                  int64_t end = fern_now_ns() + ms(400) * kLatenessScale;
+                  size_t found = 0;
+                  while (fern_now_ns() < end) found += memchr(zeros, 1, sizeof zeros) != nullptr;
+                  // ...then in its own code, where it is preempted.
+                  uint64_t x = found;
+                  end = fern_now_ns() + ms(100);
+                  while (fern_now_ns() < end)
+                      for (int k = 0; k < 1000; k++) x = x * 6364136223846793005ull + 1;
+                  return (void *)(uintptr_t)x;
+              }));
+    while (!locked.load()) std::this_thread::yield();
+    std::vector<fern_thread *> ts;
+    for (int i = 0; i < 20; i++) { // from a plain thread: into the inbox
+        fern_thread *t;
+        ASSERT_EQ(0, spawn(&t, nullptr, [&] {
+                      std::lock_guard<std::mutex> g(mu);
+                      done++;
+                  }));
+        ts.push_back(t);
+    }
+    ASSERT_EQ(0, fern_join(holder, nullptr));
+    for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
+    EXPECT_EQ(20, done.load());
+    struct fern_stats s;
+    ASSERT_EQ(0, fern_stats(&s));
+    std::printf("spares started %llu, preemptions %llu, deferred %llu\n", (unsigned long long)s.spares_started,
+                (unsigned long long)s.preemptions, (unsigned long long)s.preemptions_deferred);
+    // The scenario happened: the four spares, and one over the limit.
+    EXPECT_GE(s.spares_started, 5u);
+    ASSERT_EQ(0, fern_shutdown());
+}
