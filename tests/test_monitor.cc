@@ -221,36 +221,32 @@ TEST(Monitor, DumpShowsRunningTime) {
     ASSERT_EQ(0, fern_shutdown());
 }
 
-// A green thread preempted while it holds a pthread mutex, on a worker that
-// then blocks in the kernel on that mutex (the next thread it ran wants it
-// too), with many more such threads queued in the inbox: the rescue puts
-// the preempted holder at the front of the inbox, so the first spare runs it
-// and the lock is released. Behind the queue, every spare (at most 4) would
-// take a thread that blocks on the mutex too, and nothing would ever run
-// the holder (a hang first seen under qemu-user in test_blocking).
-TEST(Monitor, PreemptedPthreadMutexHolderIsRescuedFirst) {
-    if (runtime_running()) {
-        ASSERT_EQ(0, fern_shutdown());
-    }
-    fern_config cfg{1, 0, 0};
-    ASSERT_EQ(0, fern_init(&cfg));
-    Watchdog wd(60, "PreemptedPthreadMutexHolderIsRescuedFirst");
-    std::mutex mu; // a kernel-side lock, invisible to fern
+namespace {
+
+// Arithmetic in the caller's own code (preemptible) for `ns`.
+uint64_t spin_app_code(uint64_t x, int64_t ns) {
+    int64_t end = fern_now_ns() + ns;
+    while (fern_now_ns() < end)
+        for (int k = 0; k < 1000; k++) x = x * 6364136223846793005ull + 1;
+    return x;
+}
+
+// A green thread takes a std::mutex (a kernel-side lock, invisible to fern)
+// and runs `hold` with it held; then 20 more, spawned from this plain thread
+// (so into the inbox), each take it. All must finish.
+void holder_and_takers(uint64_t (*hold)()) {
+    std::mutex mu;
     std::atomic<bool> locked{false};
     std::atomic<int> done{0};
     fern_thread *holder;
     ASSERT_EQ(0, spawn(&holder, nullptr, [&] {
                   std::lock_guard<std::mutex> g(mu);
                   locked = true;
-                  uint64_t x = 1;
-                  int64_t end = fern_now_ns() + ms(100); // several slices, in application code
-                  while (fern_now_ns() < end)
-                      for (int k = 0; k < 1000; k++) x = x * 6364136223846793005ull + 1;
-                  return (void *)(uintptr_t)x;
+                  return (void *)(uintptr_t)hold();
               }));
     while (!locked.load()) std::this_thread::yield();
     std::vector<fern_thread *> ts;
-    for (int i = 0; i < 20; i++) { // from a plain thread: into the inbox
+    for (int i = 0; i < 20; i++) {
         fern_thread *t;
         ASSERT_EQ(0, spawn(&t, nullptr, [&] {
                       std::lock_guard<std::mutex> g(mu);
@@ -261,6 +257,22 @@ TEST(Monitor, PreemptedPthreadMutexHolderIsRescuedFirst) {
     ASSERT_EQ(0, fern_join(holder, nullptr));
     for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
     EXPECT_EQ(20, done.load());
+}
+
+} // namespace
+
+// A green thread preempted while it holds a pthread mutex, on a worker that
+// then blocks in the kernel on that mutex (the next thread it ran wants it
+// too), with many more such threads queued in the inbox: the rescue puts
+// the preempted holder at the front of the inbox, so the first spare runs it
+// and the lock is released. Behind the queue, every spare (at most 4) would
+// take a thread that blocks on the mutex too, and nothing would ever run
+// the holder (a hang first seen under qemu-user in test_blocking).
+TEST(Monitor, PreemptedPthreadMutexHolderIsRescuedFirst) {
+    restart(1, 0);
+    Watchdog wd(60, "PreemptedPthreadMutexHolderIsRescuedFirst");
+    // Several slices, in application code.
+    holder_and_takers([] { return spin_app_code(1, ms(100)); });
     ASSERT_EQ(0, fern_shutdown());
 }
 
@@ -331,38 +343,15 @@ TEST(Monitor, RescuedHolderRunsWhenEverySpareIsBlocked) {
     if (kTsan) GTEST_SKIP() << "ThreadSanitizer: cooperative preemption only";
     restart(1, 0);
     Watchdog wd(60, "RescuedHolderRunsWhenEverySpareIsBlocked");
-    std::mutex mu; // a kernel-side lock, invisible to fern
-    std::atomic<bool> locked{false};
-    std::atomic<int> done{0};
-    static char zeros[1 << 20];
-    fern_thread *holder;
-    ASSERT_EQ(0, spawn(&holder, nullptr, [&] {
-                  std::lock_guard<std::mutex> g(mu);
-                  locked = true;
-                  // In libc (not preemptible) until the spares are all taken...
-                  int64_t end = fern_now_ns() + ms(400) * kLatenessScale;
-                  size_t found = 0;
-                  while (fern_now_ns() < end) found += memchr(zeros, 1, sizeof zeros) != nullptr;
-                  // ...then in its own code, where it is preempted.
-                  uint64_t x = found;
-                  end = fern_now_ns() + ms(100);
-                  while (fern_now_ns() < end)
-                      for (int k = 0; k < 1000; k++) x = x * 6364136223846793005ull + 1;
-                  return (void *)(uintptr_t)x;
-              }));
-    while (!locked.load()) std::this_thread::yield();
-    std::vector<fern_thread *> ts;
-    for (int i = 0; i < 20; i++) { // from a plain thread: into the inbox
-        fern_thread *t;
-        ASSERT_EQ(0, spawn(&t, nullptr, [&] {
-                      std::lock_guard<std::mutex> g(mu);
-                      done++;
-                  }));
-        ts.push_back(t);
-    }
-    ASSERT_EQ(0, fern_join(holder, nullptr));
-    for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
-    EXPECT_EQ(20, done.load());
+    holder_and_takers([] {
+        // In libc (not preemptible) until the spares are all taken...
+        static char zeros[1 << 20];
+        int64_t end = fern_now_ns() + ms(400) * kLatenessScale;
+        uint64_t found = 0;
+        while (fern_now_ns() < end) found += memchr(zeros, 1, sizeof zeros) != nullptr;
+        // ...then in its own code, where it is preempted.
+        return spin_app_code(found, ms(100));
+    });
     struct fern_stats s;
     ASSERT_EQ(0, fern_stats(&s));
     std::printf("spares started %llu, preemptions %llu, deferred %llu\n", (unsigned long long)s.spares_started,
