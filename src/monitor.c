@@ -22,11 +22,12 @@
  *     monitor: a monitor that waits for a CPU on a loaded machine does not
  *     delay it;
  *   - after two slices it counts the worker as stuck if it sleeps in the
- *     kernel (seen so at looks a tick apart: worker_asleep), or (preemption on) its handler found the thread at an unsafe
- *     point at every look for a slice of CPU (preempt_blocked) with work
- *     waiting, or has run two slices
- *     of CPU in that thread and one more since work began to wait, or (preemption off) has used
- *     two slices of CPU (code preemption may not interrupt; see
+ *     kernel (seen so at looks a tick apart: worker_asleep), or
+ *     (preemption on) its handler found the thread at an unsafe point at
+ *     every look for a slice of CPU (preempt_blocked) with work waiting,
+ *     or has run two slices of CPU in that thread and one more since work
+ *     began to wait, or (preemption off) has used two slices of CPU (code
+ *     preemption may not interrupt; see
  *     worker_stuck): what waits on it (ring, hand-off slot; pinned threads
  *     only if it sleeps in the kernel, see rescue_worker's call) moves to
  *     the cluster inbox, and if no worker of the cluster is free to run it,

@@ -1593,11 +1593,14 @@ int spare_start(struct fern_cluster *c, bool rescue)
         return EINVAL;
     struct worker *w = NULL;
     unsigned n = c->nworkers;
-    for (unsigned i = c->nbase; i < n && !w; i++)
+    /* Slots past SPARES_MAX are the rescue spares': an ordinary start
+     * does not reuse them. */
+    unsigned limit = c->nbase + SPARES_MAX + (rescue ? RESCUE_SPARES_MAX : 0);
+    for (unsigned i = c->nbase; i < n && i < limit && !w; i++)
         if (LOAD(&c->workers[i]->spare) == SPARE_DORMANT)
             w = c->workers[i];
     if (!w) {
-        if (n >= c->nbase + SPARES_MAX + (rescue ? RESCUE_SPARES_MAX : 0))
+        if (n >= limit)
             return EAGAIN;
         if (!(w = worker_new(c, n, false)))
             return ENOMEM;

@@ -358,5 +358,32 @@ TEST(Monitor, RescuedHolderRunsWhenEverySpareIsBlocked) {
                 (unsigned long long)s.preemptions, (unsigned long long)s.preemptions_deferred);
     // The scenario happened: the four spares, and one over the limit.
     EXPECT_GE(s.spares_started, 5u);
+    // Once they have ended, ordinary compensation (eight threads blocked in
+    // a raw read, nothing rescued) still stops at 4 spares: the rescue
+    // spare's slot is not reused for it.
+    ASSERT_TRUE(wait_until([&] { return fern_stats(&s) == 0 && s.workers == 1; }, 5000)) << s.workers;
+    int fds[2];
+    ASSERT_EQ(0, pipe(fds));
+    std::vector<fern_thread *> blockers;
+    for (int i = 0; i < 8; i++) {
+        fern_thread *t;
+        ASSERT_EQ(0, spawn(&t, nullptr, [&] {
+                      char c;
+                      EXPECT_EQ(1, syscall(SYS_read, fds[0], &c, 1));
+                  }));
+        blockers.push_back(t);
+    }
+    EXPECT_TRUE(wait_until([&] { return fern_stats(&s) == 0 && s.workers >= 5; }, 5000 * kLatenessScale));
+    uint32_t most = s.workers;
+    for (int i = 0; i < 40; i++) { // a spare starts every few ticks: room for more
+        std::this_thread::sleep_for(std::chrono::milliseconds(5 * kLatenessScale));
+        ASSERT_EQ(0, fern_stats(&s));
+        most = std::max(most, s.workers);
+    }
+    EXPECT_EQ(5u, most) << "1 worker and at most 4 ordinary spares";
+    ASSERT_EQ(8, write(fds[1], "xxxxxxxx", 8));
+    for (auto t : blockers) ASSERT_EQ(0, fern_join(t, nullptr));
+    close(fds[0]);
+    close(fds[1]);
     ASSERT_EQ(0, fern_shutdown());
 }
