@@ -835,6 +835,8 @@ void spares_reap(struct fern_cluster *c);
  * pinned_too its pinned threads) to its cluster's inbox; returns how many
  * threads moved. */
 unsigned rescue_worker(struct worker *v, bool pinned_too);
+/* The thread at the front of c's inbox was put there by rescue_worker
+ * (monitor thread). */
 bool inbox_front_rescued(struct fern_cluster *c);
 /* v has something runnable waiting (ring, hand-off, pinned). */
 bool worker_has_queued(struct worker *v);

@@ -498,9 +498,9 @@ static void ring_share(struct worker *w)
 static inline void runq_prefetch(struct worker *w, uint32_t head, uint32_t tail)
 {
     /* PREFETCH_STACK < tail - head <= RUNQ_SIZE (more is a torn read of a
-     * thief's view). */
+     * thief's view), in one unsigned comparison. */
     uint32_t left = tail - head;
-    if (left > RUNQ_SIZE || left <= PREFETCH_STACK)
+    if (left - (PREFETCH_STACK + 1) >= RUNQ_SIZE - PREFETCH_STACK)
         return;
     fern_thread *a = LOAD_RELAXED(&w->rq[(head + PREFETCH_STACK) % RUNQ_SIZE]);
     char *sp = LOAD_RELAXED(&a->sp);

@@ -383,8 +383,8 @@ TEST(Preempt, ResumesOnTheSameWorker) {
     // Under qemu-user a spinning worker's kernel thread can sleep in the
     // emulator's own waits, long enough for the monitor to see it asleep
     // at two looks and rescue its preempted threads to the other worker, as
-    // it must for a worker truly asleep (1 run in 20-30 with 100 us
-    // slices). 10 ms slices: that takes 20 ms without a switch.
+    // it must for a worker truly asleep (3 runs in 70 with 100 us slices,
+    // a busy loop beside). 10 ms slices: that takes 20 ms without a switch.
     restart(2, 0);
 #else
     restart(2, FERN_PREEMPT_MIN_US);
