@@ -171,8 +171,9 @@ struct waiter {
     int64_t since;           /* when it first queued (mutex fairness) */
     int32_t index;
     uint8_t heir;            /* a condition waiter moved onto a mutex's queue
-                              * by a broadcast: already claimed, it waits to
-                              * be handed the mutex */
+                              * by a broadcast and claimed, waiting to be
+                              * handed the mutex (a spliced one, see sync.c,
+                              * is flagged and claimed when it is taken) */
     struct parker own;       /* the parker, unless one is shared */
 };
 
@@ -263,6 +264,9 @@ static inline void waitq_push(fern_waitq *q, struct waiter *wt)
 }
 void waitq_push_front(fern_waitq *q, struct waiter *wt);
 void waitq_unlink(struct waiter *wt);
+/* waitq_unlink for a waiter linked in q whatever its q field says (one a
+ * broadcast spliced onto a mutex's queue, sync.c). */
+void waitq_unlink_in(fern_waitq *q, struct waiter *wt);
 /* Claim and unlink the first waiter that can still be won; returns it
  * (W_CLAIMED, to be released by the caller) or NULL. Waiters that cannot be
  * won are left linked for their own threads to unlink (see wait.c). */

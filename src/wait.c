@@ -234,9 +234,12 @@ void waitq_push_front(fern_waitq *q, struct waiter *wt)
 
 void waitq_unlink(struct waiter *wt)
 {
-    fern_waitq *q = wt->q;
-    if (!q)
-        return;
+    if (wt->q)
+        waitq_unlink_in(wt->q, wt);
+}
+
+void waitq_unlink_in(fern_waitq *q, struct waiter *wt)
+{
     if (wt->prev)
         wt->prev->next = wt->next;
     else

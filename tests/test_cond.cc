@@ -269,6 +269,8 @@ TEST(Cond, BroadcastWithMutexHeldHandsMutexToEachWaiter) {
     EXPECT_EQ(0, fern_mutex_unlock(&m));
     EXPECT_EQ(0, m.heirs_);
     EXPECT_EQ(0, m.handoff_);
+    EXPECT_EQ(0u, c.waiting_);
+    EXPECT_EQ(0u, c.timed_);
     EXPECT_EQ(0, fern_mutex_destroy(&m));
     EXPECT_EQ(0, fern_cond_destroy(&c));
     EXPECT_EQ(0, fern_cluster_destroy(cl));
@@ -411,6 +413,7 @@ TEST(Cond, BroadcastWithWaitersOnTwoMutexes) {
     fern_mutex_lock(&other);
     fern_mutex_unlock(&other);
     fern_mutex_lock(&held);
+    EXPECT_EQ(nullptr, c.mutex_); // two mutexes: the queue cannot move over whole
     __atomic_store_n(&go, 1, __ATOMIC_SEQ_CST);
     EXPECT_EQ(0, fern_cond_broadcast(&c));
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -422,6 +425,179 @@ TEST(Cond, BroadcastWithWaitersOnTwoMutexes) {
     EXPECT_EQ(0, early.load()) << "an heir ran before the broadcaster unlocked the mutex";
     EXPECT_EQ(0, held.handoff_);
     EXPECT_EQ(0, held.heirs_);
+    EXPECT_EQ(0u, c.waiting_);
+    EXPECT_EQ(0u, c.timed_);
+}
+
+// A broadcast with the mutex held whose waiters are all untimed and use that
+// mutex moves the condition's queue over whole (cond_splice): the heirs must
+// still return one at a time owning the mutex, in the order they waited,
+// while lockers queued before the broadcast, timed lockers that give up next
+// to them and plain threads use the mutex; the condition must be usable for
+// new waiters at once, and its counts must end at zero.
+TEST(Cond, BroadcastMovesUntimedQueueWholeInOrder) {
+    Watchdog wd(60, "BroadcastMovesUntimedQueueWholeInOrder");
+    fern_cluster *cl = nullptr;
+    ASSERT_EQ(0, fern_cluster_create(&cl, 2));
+    fern_cond c = FERN_COND_INIT;
+    fern_mutex m = FERN_MUTEX_INIT;
+    constexpr int GREEN = 400, PLAIN = 3, AHEAD = 6, TIMED = 4, LATE = 5;
+    int tickets = 0, go = 0, late_go = 0, late_waiting = 0, inside = 0;
+    std::vector<int> order;
+    std::atomic<int> overlaps{0}, errors{0}, ahead_arrived{0}, timeouts{0}, late_done{0};
+    std::atomic<bool> stop{false};
+    auto enter = [&] {
+        if (inside++ != 0) overlaps++;
+        fern_yield();
+        inside--;
+    };
+    auto waiter = [&] {
+        fern_mutex_lock(&m);
+        int me = tickets++;
+        while (!go)
+            if (fern_cond_wait(&c, &m) != 0) errors++;
+        order.push_back(me);
+        enter();
+        if (fern_mutex_unlock(&m) != 0) errors++;
+    };
+    std::vector<fern_thread *> ts(GREEN);
+    for (int i = 0; i < GREEN; i++) ASSERT_EQ(0, spawn_on(&ts[i], (i & 1) ? cl : nullptr, waiter));
+    std::vector<std::thread> ps;
+    for (int i = 0; i < PLAIN; i++) ps.emplace_back(waiter);
+    ASSERT_TRUE(wait_until([&] {
+        fern_mutex_lock(&m);
+        bool all = tickets == GREEN + PLAIN;
+        fern_mutex_unlock(&m);
+        return all;
+    }));
+    fern_mutex_lock(&m);
+    EXPECT_EQ((uint32_t)(GREEN + PLAIN), c.waiting_);
+    EXPECT_EQ(0u, c.timed_);
+    EXPECT_EQ(&m, c.mutex_);
+    // Lockers queued on m ahead of the heirs: they get it first.
+    std::vector<fern_thread *> ahead(AHEAD);
+    for (int i = 0; i < AHEAD; i++)
+        ASSERT_EQ(0, spawn_on(&ahead[i], (i & 1) ? cl : nullptr, [&] {
+            ahead_arrived++;
+            if (fern_mutex_lock(&m) != 0) errors++;
+            enter();
+            if (fern_mutex_unlock(&m) != 0) errors++;
+        }));
+    ASSERT_TRUE(wait_until([&] { return ahead_arrived.load() == AHEAD; }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    go = 1;
+    EXPECT_EQ(0, fern_cond_broadcast(&c));
+    EXPECT_EQ((uint32_t)(GREEN + PLAIN), m.heirs_);
+    EXPECT_EQ(0u, c.waiting_);
+    EXPECT_EQ(nullptr, c.waiters_.head);
+    // Timed lockers that give up beside the heirs, unlinking themselves.
+    std::vector<fern_thread *> timed(TIMED);
+    for (int i = 0; i < TIMED; i++)
+        ASSERT_EQ(0, spawn_on(&timed[i], (i & 1) ? cl : nullptr, [&] {
+            while (!stop.load()) {
+                int rc = fern_mutex_timedlock(&m, fern_now_ns() + 20000);
+                if (rc == 0) {
+                    enter();
+                    if (fern_mutex_unlock(&m) != 0) errors++;
+                } else if (rc == ETIMEDOUT) {
+                    timeouts++;
+                } else {
+                    errors++;
+                }
+            }
+        }));
+    // New waiters on c while the heirs are still queued on m.
+    std::vector<fern_thread *> late(LATE);
+    for (int i = 0; i < LATE; i++)
+        ASSERT_EQ(0, spawn_on(&late[i], (i & 1) ? cl : nullptr, [&] {
+            fern_mutex_lock(&m);
+            late_waiting++;
+            while (!late_go)
+                if (fern_cond_wait(&c, &m) != 0) errors++;
+            enter();
+            if (fern_mutex_unlock(&m) != 0) errors++;
+            late_done++;
+        }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    EXPECT_EQ(0, fern_mutex_unlock(&m));
+    for (auto &p : ps) p.join();
+    for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
+    for (auto t : ahead) ASSERT_EQ(0, fern_join(t, nullptr));
+    ASSERT_TRUE(wait_until([&] {
+        fern_mutex_lock(&m);
+        bool all = late_waiting == LATE;
+        fern_mutex_unlock(&m);
+        return all;
+    }));
+    EXPECT_EQ(0, late_done.load()) << "a late waiter returned before any signal";
+    fern_mutex_lock(&m);
+    late_go = 1;
+    for (int i = 0; i < LATE; i++) EXPECT_EQ(0, fern_cond_signal(&c));
+    EXPECT_EQ(0, fern_mutex_unlock(&m));
+    for (auto t : late) ASSERT_EQ(0, fern_join(t, nullptr));
+    stop = true;
+    for (auto t : timed) ASSERT_EQ(0, fern_join(t, nullptr));
+    EXPECT_EQ(0, overlaps.load()) << "two threads inside the mutex at once";
+    EXPECT_EQ(0, errors.load());
+    ASSERT_EQ((size_t)(GREEN + PLAIN), order.size());
+    for (int i = 0; i < GREEN + PLAIN; i++)
+        if (order[i] != i) {
+            ADD_FAILURE() << "heir " << order[i] << " returned " << i << "th";
+            break;
+        }
+    EXPECT_EQ(0u, m.heirs_);
+    EXPECT_EQ(0u, m.handoff_);
+    EXPECT_EQ(0u, c.waiting_);
+    EXPECT_EQ(0u, c.timed_);
+    EXPECT_EQ(0, fern_mutex_destroy(&m));
+    EXPECT_EQ(0, fern_cond_destroy(&c));
+    EXPECT_EQ(0, fern_cluster_destroy(cl));
+}
+
+// Once a broadcast has moved its waiters onto the mutex, they no longer use
+// the condition: it may be destroyed and freed before they run (ASan would
+// see any later access to it).
+TEST(Cond, DestroyedAfterBroadcastWhileHeirsWait) {
+    Watchdog wd(60, "DestroyedAfterBroadcastWhileHeirsWait");
+    for (bool timed_one : {false, true}) {
+        fern_cond *c = new fern_cond;
+        ASSERT_EQ(0, fern_cond_init(c));
+        fern_mutex m = FERN_MUTEX_INIT;
+        constexpr int N = 50;
+        int waiting = 0, go = 0, done = 0;
+        std::vector<fern_thread *> ts(N);
+        for (int i = 0; i < N; i++)
+            ASSERT_EQ(0, spawn(&ts[i], nullptr, [&, i] {
+                fern_mutex_lock(&m);
+                waiting++;
+                while (!go) {
+                    int rc = timed_one && i == N / 2 ? fern_cond_timedwait(c, &m, fern_now_ns() + ms(60000))
+                                                     : fern_cond_wait(c, &m);
+                    EXPECT_EQ(0, rc);
+                }
+                done++;
+                fern_mutex_unlock(&m);
+            }));
+        ASSERT_TRUE(wait_until([&] {
+            fern_mutex_lock(&m);
+            bool all = waiting == N;
+            fern_mutex_unlock(&m);
+            return all;
+        }));
+        fern_mutex_lock(&m);
+        EXPECT_EQ(timed_one ? 1u : 0u, c->timed_);
+        go = 1;
+        EXPECT_EQ(0, fern_cond_broadcast(c));
+        EXPECT_EQ(0, fern_cond_destroy(c));
+        memset(c, 0xa5, sizeof *c);
+        delete c;
+        EXPECT_EQ(0, done);
+        EXPECT_EQ(0, fern_mutex_unlock(&m));
+        for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
+        EXPECT_EQ(N, done);
+        EXPECT_EQ(0u, m.heirs_);
+        EXPECT_EQ(0, fern_mutex_destroy(&m));
+    }
 }
 
 // Token protocol: every signal hands out one token; every token is consumed.
@@ -648,6 +824,8 @@ TEST(Cond, TimedwaitRaceWakeExactlyOnce) {
     sig.join();
     EXPECT_EQ(0, overlaps.load());
     EXPECT_EQ((N + PLAIN) * ITERS, returns.load());
+    EXPECT_EQ(0u, c.waiting_);
+    EXPECT_EQ(0u, c.timed_);
     EXPECT_EQ(0, fern_cond_destroy(&c)) << "a waiter stayed queued after returning";
     EXPECT_EQ(0, fern_mutex_destroy(&m));
 }

@@ -270,10 +270,13 @@ typedef struct fern_cond {
     uint32_t lock_;
     uint32_t bias_;
     fern_waitq waiters_;
+    fern_mutex *mutex_; /* the mutex its waiters use; NULL if they use several */
+    uint32_t waiting_;  /* waiters queued */
+    uint32_t timed_;    /* of them, ones with a deadline */
 } fern_cond;
 
 #define FERN_MUTEX_INIT {0, 0, NULL, {NULL, NULL}, 0, 0, 0, 0}
-#define FERN_COND_INIT {0, 0, {NULL, NULL}}
+#define FERN_COND_INIT {0, 0, {NULL, NULL}, NULL, 0, 0}
 
 /* Initialise (same as zeroing). Return 0; EINVAL if the pointer is NULL. */
 int fern_mutex_init(fern_mutex *m);
