@@ -501,6 +501,8 @@ struct worker {
     fern_thread *start;         /* a new thread g0 is to start (bind, switch) */
     uint32_t next_streak;
     uint32_t tick;
+    uint32_t n_handoffs;        /* hand-offs into `next` (read by a watcher:
+                                 * sched.c, WATCH_NAP_NS) */
     after_fn after;
     fern_thread *after_prev;
     void *after_arg;
@@ -550,6 +552,7 @@ struct worker {
      * its n_switches, and when it first saw that count (sched.c: switch_age) */
     uint64_t watch_sw[WATCH_MAX];
     int64_t watch_at[WATCH_MAX];
+    uint32_t watch_ho[WATCH_MAX]; /* and its n_handoffs (handoffs_moved) */
     uint64_t n_migrations;          /* fern_migrate calls that moved, from here */
     uint64_t n_spawned, n_exited;   /* threads spawned / ended on this worker */
     uint64_t n_bound, n_unbound;    /* stacks bound / released here */
@@ -610,6 +613,8 @@ struct fern_cluster {
                                  * + RESCUE_SPARES_MAX */
     unsigned nbase;             /* workers asked for */
     uint32_t stuck;             /* the monitor saw a stuck worker at its last tick */
+    uint32_t watching;          /* an idle worker naps watching hand-offs
+                                 * (sched.c: WATCH_NAP_NS) */
     struct fern_cluster *next_cluster;
     struct worker *workers[];   /* nworkers pointers */
 } __attribute__((aligned(64)));

@@ -675,15 +675,17 @@ static void worker_kick(struct worker *v);
 #define TRIM_IDLE_NS 5000000
 #define TRIM_GAP_NS 10000000
 
-/* Sleep until woken or the earliest deadline. Returns true if a spare w
- * timed out idle and may end: still listed idle (nobody woke it), no
- * timers left, no work in sight after it unlisted itself. */
-static bool worker_sleep(struct worker *w)
+/* Sleep until woken or the earliest deadline (nap: one more, FERN_FOREVER
+ * for none). Returns true if a spare w timed out idle and may end: still
+ * listed idle (nobody woke it), no timers left, no work in sight after it
+ * unlisted itself. *woken: someone picked it (cluster_wake, worker_kick). */
+static bool worker_sleep(struct worker *w, int64_t nap, bool *woken_out)
 {
     struct fern_cluster *c = w->cluster;
     bool linger_over = false;
     /* see TRIM_IDLE_NS; FERN_FOREVER unless the sleep lasts until then */
     int64_t trim_at = FERN_FOREVER;
+    *woken_out = false;
     /* Trimming is done before listing ourselves idle, or every wake-up
      * meanwhile would pick us and pay a futex call for a worker that is
      * not asleep. */
@@ -728,6 +730,10 @@ static bool worker_sleep(struct worker *w)
             if (soon < deadline)
                 deadline = soon;
         }
+        if (nap < deadline) {
+            deadline = nap;
+            linger_over = false;
+        }
         if (trim_at < deadline) {
             deadline = trim_at;
             linger_over = false;
@@ -754,6 +760,7 @@ static bool worker_sleep(struct worker *w)
      * does not count. */
     if (!woken && fern_now_ns() >= trim_at)
         w->trim_idle = true;
+    *woken_out = woken;
     monitor_worker_busy(w);
     /* A spare ends only if nobody picked it and, after it unlisted itself
      * (the fence in monitor_worker_busy), no work is in sight: a producer
@@ -1140,15 +1147,18 @@ void sched_ready(fern_thread *t)
                 runq_put(w, old);
             return;
         }
+        STORE_RELAXED(&w->n_handoffs, w->n_handoffs + 1);
         fern_thread *old = __atomic_exchange_n(&w->next, t, __ATOMIC_SEQ_CST);
         if (old)
             runq_put(w, old);
         /* An idle worker watches for a hand-off that waits too long behind
-         * a busy thread (see find_work); one spinner is enough. seq_cst
-         * loads: ordered after the exchange's store (see the header). */
+         * a busy thread (see find_work); one spinner or one napping watcher
+         * (WATCH_NAP_NS) is enough. seq_cst loads: ordered after the
+         * exchange's store (see the header). */
         struct fern_cluster *c = w->cluster;
         if (__atomic_load_n(&c->nidle, __ATOMIC_SEQ_CST) &&
-            !__atomic_load_n(&c->nspinning, __ATOMIC_SEQ_CST))
+            !__atomic_load_n(&c->nspinning, __ATOMIC_SEQ_CST) &&
+            !__atomic_load_n(&c->watching, __ATOMIC_SEQ_CST))
             cluster_wake(c);
         return;
     }
@@ -1370,6 +1380,83 @@ static fern_thread *steal_some(struct worker *w, struct fern_cluster *c, unsigne
     return t;
 }
 
+/* Napping watchers. A hand-off into a busy worker's `next` wakes an idle
+ * worker (sched_ready) to steal it should the running thread keep the CPU;
+ * but where hand-offs follow each other all the time (a chain of them: a
+ * broadcast's heirs, each handing the mutex to the next), the woken worker
+ * spins SPIN_NS, finds the hand-offs taken by their owner every time,
+ * sleeps, and the next hand-off wakes it again: a futex wake, a system call
+ * of a few microseconds, on the busy worker every ~75 us. Wake-all of a
+ * million parked threads (bench/fern_million) took 0.283-0.294 s so, and
+ * 0.250-0.264 s with no hand-off waking anyone (interleaved runs).
+ *
+ * So an idle worker that saw hand-offs made (handoffs_moved) while it
+ * looked for work sleeps instead as the cluster's one watcher (`watching`),
+ * for at most WATCH_NAP_NS, and while it does, hand-offs wake nobody. Each
+ * time its nap ends it steals the hand-off of a worker that has not switched
+ * through the nap (switch_age, as a spinner does), then naps again if more
+ * hand-offs were made, or sleeps as usual (the next hand-off wakes it).
+ * Only hand-offs are left to it: every other wake-up picks it as any idle
+ * worker. A hand-off behind a thread that keeps the CPU so waits up to
+ * WATCH_NAP_NS, twice that at most, for a thief (10-50 us with a spinner).
+ * The watcher's naps cost its own idle CPU a timer wake-up each.
+ *
+ * A hand-off that saw `watching` set while the watcher was leaving wakes no
+ * one, but then the watcher sees the hand-off count moved (its decrement and
+ * the hand-off's exchange are both seq_cst, then each reads the other's
+ * location) and naps again; a watcher that leaves anyway sleeps at most 1 ms
+ * while a `next` slot is occupied (worker_sleep). The hand-off runs on its
+ * own worker regardless: a watcher is only ever about latency. */
+#define WATCH_NAP_NS 200000
+
+/* Whether any other worker of c made a hand-off since w last looked. */
+static bool handoffs_moved(struct worker *w, struct fern_cluster *c)
+{
+    bool moved = false;
+    unsigned n = LOAD(&c->nworkers), nwatch = n < WATCH_MAX ? n : WATCH_MAX;
+    for (unsigned i = 0; i < nwatch; i++) {
+        struct worker *v = c->workers[i];
+        uint32_t h = LOAD_RELAXED(&v->n_handoffs);
+        if (v != w && !v->alone && h != w->watch_ho[i]) {
+            w->watch_ho[i] = h;
+            moved = true;
+        }
+    }
+    return moved;
+}
+
+/* Become c's watcher (if there is none yet): note when each worker was
+ * last seen switching (switch_age). */
+static bool watch_begin(struct worker *w, struct fern_cluster *c)
+{
+    uint32_t none = 0;
+    if (!__atomic_compare_exchange_n(&c->watching, &none, 1, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+        return false;
+    int64_t now = fern_now_ns();
+    unsigned n = LOAD(&c->nworkers), nwatch = n < WATCH_MAX ? n : WATCH_MAX;
+    for (unsigned i = 0; i < nwatch; i++)
+        if (c->workers[i] != w)
+            (void)switch_age(w, c->workers[i], now);
+    return true;
+}
+
+/* The watcher's nap is over: stop watching, and steal the hand-off of a
+ * worker that has not switched since it began (or NULL). */
+static fern_thread *watch_end(struct worker *w, struct fern_cluster *c)
+{
+    __atomic_store_n(&c->watching, 0, __ATOMIC_SEQ_CST);
+    int64_t now = fern_now_ns();
+    unsigned n = LOAD(&c->nworkers), nwatch = n < WATCH_MAX ? n : WATCH_MAX;
+    fern_thread *t = NULL;
+    for (unsigned i = 0; i < nwatch && !t; i++) {
+        struct worker *v = c->workers[i];
+        if (v != w && !v->alone && LOAD_RELAXED(&v->next) && switch_age(w, v, now) >= NEXT_STUCK_NS &&
+            (t = next_steal(v)) != NULL)
+            PROBE3(steal, t->id, w->index, v->index);
+    }
+    return t;
+}
+
 static fern_thread *find_work(struct worker *w)
 {
     struct fern_cluster *c = w->cluster;
@@ -1431,7 +1518,17 @@ static fern_thread *find_work(struct worker *w)
             __atomic_fetch_sub(&c->nspinning, 1, __ATOMIC_SEQ_CST);
             continue; /* one more look after leaving the spinners */
         }
-        if (worker_sleep(w))
+        bool watch = !w->spare && nw > 1 && handoffs_moved(w, c) && watch_begin(w, c);
+        bool woken;
+        bool spare_end = worker_sleep(w, watch ? fern_now_ns() + WATCH_NAP_NS : FERN_FOREVER, &woken);
+        if (watch) {
+            t = watch_end(w, c);
+            if (t)
+                break;
+            if (!woken)
+                continue; /* no spin: look for work, then nap or sleep again */
+        }
+        if (spare_end)
             break; /* a spare with nothing to do ends (t is NULL) */
         spinning = true;
         ADD_RELAXED(&c->nspinning, 1);

@@ -389,6 +389,63 @@ TEST(Sched, HandOffBehindABusyThreadIsStolen) {
     EXPECT_EQ(0, fern_cluster_destroy(c));
 }
 
+// The same while hand-offs follow each other on the busy worker, so that the
+// idle one naps as the cluster's hand-off watcher and hand-offs wake nobody
+// (sched.c, WATCH_NAP_NS): the watcher must still steal the hand-off stuck
+// behind the spinner, within two naps (0.4 ms) plus the machine's noise.
+TEST(Sched, HandOffBehindABusyThreadIsStolenWhileWatched) {
+    Watchdog wd(60, "HandOffBehindABusyThreadIsStolenWhileWatched");
+    fern_cluster *c = nullptr;
+    ASSERT_EQ(0, fern_cluster_create(&c, 2));
+    for (int round = 0; round < 5; round++) {
+        static fern_sem ping, pong, late;
+        ASSERT_EQ(0, fern_sem_init(&ping, 0));
+        ASSERT_EQ(0, fern_sem_init(&pong, 0));
+        ASSERT_EQ(0, fern_sem_init(&late, 0));
+        std::atomic<int64_t> woke_at{0}, posted_at{0};
+        const int64_t spin = (int64_t)((double)ms(5) / stress_scale());
+        fern_thread *r = nullptr, *p = nullptr, *q = nullptr;
+        ASSERT_EQ(0, spawn_on(&r, c, [&] {
+            EXPECT_EQ(0, fern_sem_wait(&late));
+            woke_at = fern_now_ns();
+        }));
+        ASSERT_EQ(0, spawn_on(&q, c, [&] {
+            for (;;) {
+                EXPECT_EQ(0, fern_sem_wait(&pong));
+                if (posted_at.load())
+                    break;
+                EXPECT_EQ(0, fern_sem_post(&ping));
+            }
+        }));
+        ASSERT_EQ(0, spawn_on(&p, c, [&] {
+            EXPECT_EQ(0, fern_sleep_ns(ms(5))); // r waits by now
+            // 20 ms of hand-offs back and forth: the idle worker watches.
+            int64_t until = fern_now_ns() + ms(20);
+            while (fern_now_ns() < until) {
+                EXPECT_EQ(0, fern_sem_post(&pong));
+                EXPECT_EQ(0, fern_sem_wait(&ping));
+            }
+            posted_at = fern_now_ns();
+            EXPECT_EQ(0, fern_sem_post(&late)); // r goes to this worker's hand-off slot
+            int64_t end = fern_now_ns() + spin;
+            while (fern_now_ns() < end && woke_at.load() == 0) {
+            }
+            EXPECT_EQ(0, fern_sem_post(&pong)); // q ends
+        }));
+        ASSERT_EQ(0, fern_join(p, nullptr));
+        ASSERT_EQ(0, fern_join(q, nullptr));
+        ASSERT_EQ(0, fern_join(r, nullptr));
+        ASSERT_NE(0, woke_at.load());
+        EXPECT_LT(woke_at.load() - posted_at.load(), spin / 2)
+            << "round " << round << ": the woken thread waited " << (woke_at.load() - posted_at.load()) / 1000
+            << " us behind the busy one";
+        EXPECT_EQ(0, fern_sem_destroy(&ping));
+        EXPECT_EQ(0, fern_sem_destroy(&pong));
+        EXPECT_EQ(0, fern_sem_destroy(&late));
+    }
+    EXPECT_EQ(0, fern_cluster_destroy(c));
+}
+
 // Two threads handing off to each other through a cond on one worker must not
 // starve a third runnable thread (the hand-off chain is bounded).
 TEST(Sched, HandoffsDoNotStarveLocalQueue) {
