@@ -358,7 +358,12 @@ TEST(Sched, WakeupsFromPlainThreadsReachSleepingWorkers) {
 // A thread woken into the hand-off slot of a worker whose running thread
 // then computes is stolen by the idle worker once that worker has not
 // switched for NEXT_STUCK_NS (10 us), not left until the computation ends
-// (5 ms here, less than a time slice: no preemption helps).
+// (9 ms here, less than a time slice: no preemption helps). The bound is
+// two thirds of that: the kernel sometimes queues the woken worker's kernel
+// thread on the busy one's CPU although the other CPU is idle, and it runs
+// only at the next scheduler tick (4 ms at HZ=250): in 4 of 25 runs with a
+// 5 ms computation the steal came 2.6-3.7 ms late, the sched_wakeup
+// tracepoint showing the wakee's target CPU to be the waker's.
 TEST(Sched, HandOffBehindABusyThreadIsStolen) {
     Watchdog wd(60, "HandOffBehindABusyThreadIsStolen");
     fern_cluster *c = nullptr;
@@ -366,7 +371,7 @@ TEST(Sched, HandOffBehindABusyThreadIsStolen) {
     static fern_sem s;
     ASSERT_EQ(0, fern_sem_init(&s, 0));
     std::atomic<int64_t> woke_at{0}, posted_at{0};
-    const int64_t spin = (int64_t)((double)ms(5) / stress_scale());
+    const int64_t spin = (int64_t)((double)ms(9) / stress_scale());
     fern_thread *b = nullptr, *a = nullptr;
     ASSERT_EQ(0, spawn_on(&b, c, [&] {
         EXPECT_EQ(0, fern_sem_wait(&s));
@@ -383,7 +388,7 @@ TEST(Sched, HandOffBehindABusyThreadIsStolen) {
     ASSERT_EQ(0, fern_join(a, nullptr));
     ASSERT_EQ(0, fern_join(b, nullptr));
     ASSERT_NE(0, woke_at.load());
-    EXPECT_LT(woke_at.load() - posted_at.load(), spin / 2)
+    EXPECT_LT(woke_at.load() - posted_at.load(), spin * 2 / 3)
         << "the woken thread waited " << (woke_at.load() - posted_at.load()) / 1000 << " us behind the busy one";
     EXPECT_EQ(0, fern_sem_destroy(&s));
     EXPECT_EQ(0, fern_cluster_destroy(c));
@@ -392,7 +397,8 @@ TEST(Sched, HandOffBehindABusyThreadIsStolen) {
 // The same while hand-offs follow each other on the busy worker, so that the
 // idle one naps as the cluster's hand-off watcher and hand-offs wake nobody
 // (sched.c, WATCH_NAP_NS): the watcher must still steal the hand-off stuck
-// behind the spinner, within two naps (0.4 ms) plus the machine's noise.
+// behind the spinner, within two naps (0.4 ms) plus the machine's noise
+// (the same bound as above).
 TEST(Sched, HandOffBehindABusyThreadIsStolenWhileWatched) {
     Watchdog wd(60, "HandOffBehindABusyThreadIsStolenWhileWatched");
     fern_cluster *c = nullptr;
@@ -403,7 +409,7 @@ TEST(Sched, HandOffBehindABusyThreadIsStolenWhileWatched) {
         ASSERT_EQ(0, fern_sem_init(&pong, 0));
         ASSERT_EQ(0, fern_sem_init(&late, 0));
         std::atomic<int64_t> woke_at{0}, posted_at{0};
-        const int64_t spin = (int64_t)((double)ms(5) / stress_scale());
+        const int64_t spin = (int64_t)((double)ms(9) / stress_scale());
         fern_thread *r = nullptr, *p = nullptr, *q = nullptr;
         ASSERT_EQ(0, spawn_on(&r, c, [&] {
             EXPECT_EQ(0, fern_sem_wait(&late));
@@ -436,7 +442,7 @@ TEST(Sched, HandOffBehindABusyThreadIsStolenWhileWatched) {
         ASSERT_EQ(0, fern_join(q, nullptr));
         ASSERT_EQ(0, fern_join(r, nullptr));
         ASSERT_NE(0, woke_at.load());
-        EXPECT_LT(woke_at.load() - posted_at.load(), spin / 2)
+        EXPECT_LT(woke_at.load() - posted_at.load(), spin * 2 / 3)
             << "round " << round << ": the woken thread waited " << (woke_at.load() - posted_at.load()) / 1000
             << " us behind the busy one";
         EXPECT_EQ(0, fern_sem_destroy(&ping));

@@ -336,7 +336,10 @@ int fern_cond_timedwait(fern_cond *c, fern_mutex *m, int64_t deadline_ns);
  * A broadcast made while holding the mutex the waiters use does not wake them
  * all to fight for it: it moves them onto the mutex, and each unlock hands the
  * mutex to the next of them, which returns from its wait owning it. Other
- * threads locking the mutex meanwhile queue behind them. */
+ * threads locking the mutex meanwhile queue behind them. When no waiter has a
+ * deadline and all use that mutex, the move takes constant time, however
+ * many wait; otherwise the broadcast visits each waiter. Once it returns, the
+ * moved waiters no longer use c: it may be destroyed. */
 int fern_cond_signal(fern_cond *c);
 int fern_cond_broadcast(fern_cond *c);
 
