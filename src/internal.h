@@ -501,8 +501,6 @@ struct worker {
     fern_thread *start;         /* a new thread g0 is to start (bind, switch) */
     uint32_t next_streak;
     uint32_t tick;
-    uint32_t n_handoffs;        /* hand-offs into `next` (read by a watcher:
-                                 * sched.c, WATCH_NAP_NS) */
     after_fn after;
     fern_thread *after_prev;
     void *after_arg;
@@ -540,6 +538,8 @@ struct worker {
     struct stack_cache stacks[STACK_CLASSES];
     /* counters, written by the owner, read relaxed by fern_stats */
     uint64_t n_switches, n_steals, n_sleeps;
+    uint32_t n_handoffs;        /* hand-offs into `next`, read by a watcher
+                                 * (sched.c, WATCH_NAP_NS) as n_switches is */
     /* stealing threads that never ran (sched.c: STEAL_SHORT_NS) */
     int64_t steal_at;           /* when the last steal's threads were taken */
     uint32_t stolen_n;          /* how many, 0 once judged */

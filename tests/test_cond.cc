@@ -12,6 +12,29 @@ using namespace fern_test;
 
 namespace {
 
+// Wait until count, which the waiters raise while holding m, reaches n.
+bool count_reaches(fern_mutex *m, const int &count, int n) {
+    return wait_until([&] {
+        fern_mutex_lock(m);
+        bool all = count == n;
+        fern_mutex_unlock(m);
+        return all;
+    });
+}
+
+// Everyone has left: m is free with no hand-off state left, c counts no
+// waiter, and both can be destroyed.
+void expect_settled(fern_mutex *m, fern_cond *c) {
+    EXPECT_EQ(0, fern_mutex_trylock(m));
+    EXPECT_EQ(0, fern_mutex_unlock(m));
+    EXPECT_EQ(0u, m->heirs_);
+    EXPECT_EQ(0u, m->handoff_);
+    EXPECT_EQ(0u, c->waiting_);
+    EXPECT_EQ(0u, c->timed_);
+    EXPECT_EQ(0, fern_mutex_destroy(m));
+    EXPECT_EQ(0, fern_cond_destroy(c));
+}
+
 fern_cond g_static_cond = FERN_COND_INIT;
 fern_mutex g_static_mutex = FERN_MUTEX_INIT;
 
@@ -232,12 +255,7 @@ TEST(Cond, BroadcastWithMutexHeldHandsMutexToEachWaiter) {
         ASSERT_EQ(0, spawn_on(&ts[i], (i & 1) ? cl : nullptr, [&, i] { waiter(i % 3 == 0); }));
     std::vector<std::thread> ps;
     for (int i = 0; i < PLAIN; i++) ps.emplace_back([&] { waiter(false); });
-    ASSERT_TRUE(wait_until([&] {
-        fern_mutex_lock(&m);
-        bool all = waiting == GREEN + PLAIN;
-        fern_mutex_unlock(&m);
-        return all;
-    }));
+    ASSERT_TRUE(count_reaches(&m, waiting, GREEN + PLAIN));
     // Lockers that compete with the heirs for the whole hand-off.
     std::vector<fern_thread *> ls(LOCKERS);
     for (int i = 0; i < LOCKERS; i++)
@@ -264,15 +282,7 @@ TEST(Cond, BroadcastWithMutexHeldHandsMutexToEachWaiter) {
     EXPECT_EQ(0, errors.load());
     EXPECT_EQ(LOCKERS, lockers_done.load());
     EXPECT_GE(entered, GREEN + PLAIN);
-    // The mutex is free and its hand-off state is gone.
-    EXPECT_EQ(0, fern_mutex_trylock(&m));
-    EXPECT_EQ(0, fern_mutex_unlock(&m));
-    EXPECT_EQ(0, m.heirs_);
-    EXPECT_EQ(0, m.handoff_);
-    EXPECT_EQ(0u, c.waiting_);
-    EXPECT_EQ(0u, c.timed_);
-    EXPECT_EQ(0, fern_mutex_destroy(&m));
-    EXPECT_EQ(0, fern_cond_destroy(&c));
+    expect_settled(&m, &c);
     EXPECT_EQ(0, fern_cluster_destroy(cl));
 }
 
@@ -357,12 +367,7 @@ TEST(Cond, BroadcastWithoutMutexWakesAllToRelock) {
             fern_mutex_unlock(&m);
             done++;
         }));
-    ASSERT_TRUE(wait_until([&] {
-        fern_mutex_lock(&m);
-        bool all = waiting == N;
-        fern_mutex_unlock(&m);
-        return all;
-    }));
+    ASSERT_TRUE(count_reaches(&m, waiting, N));
     fern_mutex_lock(&m);
     go = 1;
     fern_mutex_unlock(&m);
@@ -464,12 +469,7 @@ TEST(Cond, BroadcastMovesUntimedQueueWholeInOrder) {
     for (int i = 0; i < GREEN; i++) ASSERT_EQ(0, spawn_on(&ts[i], (i & 1) ? cl : nullptr, waiter));
     std::vector<std::thread> ps;
     for (int i = 0; i < PLAIN; i++) ps.emplace_back(waiter);
-    ASSERT_TRUE(wait_until([&] {
-        fern_mutex_lock(&m);
-        bool all = tickets == GREEN + PLAIN;
-        fern_mutex_unlock(&m);
-        return all;
-    }));
+    ASSERT_TRUE(count_reaches(&m, tickets, GREEN + PLAIN));
     fern_mutex_lock(&m);
     EXPECT_EQ((uint32_t)(GREEN + PLAIN), c.waiting_);
     EXPECT_EQ(0u, c.timed_);
@@ -523,12 +523,7 @@ TEST(Cond, BroadcastMovesUntimedQueueWholeInOrder) {
     for (auto &p : ps) p.join();
     for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
     for (auto t : ahead) ASSERT_EQ(0, fern_join(t, nullptr));
-    ASSERT_TRUE(wait_until([&] {
-        fern_mutex_lock(&m);
-        bool all = late_waiting == LATE;
-        fern_mutex_unlock(&m);
-        return all;
-    }));
+    ASSERT_TRUE(count_reaches(&m, late_waiting, LATE));
     EXPECT_EQ(0, late_done.load()) << "a late waiter returned before any signal";
     fern_mutex_lock(&m);
     late_go = 1;
@@ -545,12 +540,7 @@ TEST(Cond, BroadcastMovesUntimedQueueWholeInOrder) {
             ADD_FAILURE() << "heir " << order[i] << " returned " << i << "th";
             break;
         }
-    EXPECT_EQ(0u, m.heirs_);
-    EXPECT_EQ(0u, m.handoff_);
-    EXPECT_EQ(0u, c.waiting_);
-    EXPECT_EQ(0u, c.timed_);
-    EXPECT_EQ(0, fern_mutex_destroy(&m));
-    EXPECT_EQ(0, fern_cond_destroy(&c));
+    expect_settled(&m, &c);
     EXPECT_EQ(0, fern_cluster_destroy(cl));
 }
 
@@ -578,12 +568,7 @@ TEST(Cond, DestroyedAfterBroadcastWhileHeirsWait) {
                 done++;
                 fern_mutex_unlock(&m);
             }));
-        ASSERT_TRUE(wait_until([&] {
-            fern_mutex_lock(&m);
-            bool all = waiting == N;
-            fern_mutex_unlock(&m);
-            return all;
-        }));
+        ASSERT_TRUE(count_reaches(&m, waiting, N));
         fern_mutex_lock(&m);
         EXPECT_EQ(timed_one ? 1u : 0u, c->timed_);
         go = 1;
