@@ -161,7 +161,15 @@ TEST(Monitor, IdleProcessUsesNoCpu) {
         return (r.ru_utime.tv_sec + r.ru_stime.tv_sec) * 1000000L + r.ru_utime.tv_usec +
                r.ru_stime.tv_usec;
     };
-    EXPECT_LT(us(b) - us(a), 5000) << "CPU used by an idle runtime in 500 ms, us";
+#ifdef FERN_TEST_EMULATED
+    // qemu-user itself: 3.4-4.7 ms per 500 ms for a program of five threads
+    // all blocked (measured), which left the runtime ~1 ms of the native
+    // bound (6 of 10 runs failed, the session-start code as often).
+    const long bound = 12000;
+#else
+    const long bound = 5000;
+#endif
+    EXPECT_LT(us(b) - us(a), bound) << "CPU used by an idle runtime in 500 ms, us";
     ASSERT_EQ(0, fern_shutdown());
 }
 
