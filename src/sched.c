@@ -1402,11 +1402,13 @@ static fern_thread *steal_some(struct worker *w, struct fern_cluster *c, unsigne
  * The watcher's naps cost its own idle CPU a timer wake-up each.
  *
  * A hand-off that saw `watching` set while the watcher was leaving wakes no
- * one, but then the watcher sees the hand-off count moved (its decrement and
- * the hand-off's exchange are both seq_cst, then each reads the other's
- * location) and naps again; a watcher that leaves anyway sleeps at most 1 ms
- * while a `next` slot is occupied (worker_sleep). The hand-off runs on its
- * own worker regardless: a watcher is only ever about latency. */
+ * one, but then the watcher sees the hand-off count moved and naps again:
+ * the hand-off stores its count, then exchanges `next` (seq_cst) and reads
+ * `watching`; the watcher clears `watching`, fences (watch_end), then reads
+ * the counts, so one of the two sees the other's store. A watcher that
+ * leaves anyway sleeps at most 1 ms while a `next` slot is occupied
+ * (worker_sleep). The hand-off runs on its own worker regardless: a
+ * watcher is only ever about latency. */
 #define WATCH_NAP_NS 200000
 
 /* Whether any other worker of c made a hand-off since w last looked. */
@@ -1445,6 +1447,7 @@ static bool watch_begin(struct worker *w, struct fern_cluster *c)
 static fern_thread *watch_end(struct worker *w, struct fern_cluster *c)
 {
     __atomic_store_n(&c->watching, 0, __ATOMIC_SEQ_CST);
+    full_fence(); /* before handoffs_moved reads the counts again */
     int64_t now = fern_now_ns();
     unsigned n = LOAD(&c->nworkers), nwatch = n < WATCH_MAX ? n : WATCH_MAX;
     fern_thread *t = NULL;

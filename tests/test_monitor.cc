@@ -161,10 +161,12 @@ TEST(Monitor, IdleProcessUsesNoCpu) {
         return (r.ru_utime.tv_sec + r.ru_stime.tv_sec) * 1000000L + r.ru_utime.tv_usec +
                r.ru_stime.tv_usec;
     };
-#ifdef FERN_TEST_EMULATED
+#if defined(FERN_TEST_EMULATED) || defined(__SANITIZE_THREAD__)
     // qemu-user itself: 3.4-4.7 ms per 500 ms for a program of five threads
     // all blocked (measured), which left the runtime ~1 ms of the native
-    // bound (6 of 10 runs failed, the session-start code as often).
+    // bound (6 of 10 runs failed, the session-start code as often). Under
+    // ThreadSanitizer this window measured 3.4-9.6 ms on a noisy host, for
+    // the session-start code as for the current one (0.5-1.9 ms natively).
     const long bound = 12000;
 #else
     const long bound = 5000;
