@@ -355,6 +355,34 @@ TEST(Sched, WakeupsFromPlainThreadsReachSleepingWorkers) {
     EXPECT_EQ(0, fern_cluster_destroy(c));
 }
 
+// A hand-off left behind a busy thread, for the two tests below: the woken
+// thread notes when it runs; the waker notes when it posts, then computes
+// for `spin` unless the woken one ran meanwhile.
+struct StuckHandoff {
+    fern_sem s;
+    std::atomic<int64_t> woke_at{0}, posted_at{0};
+    const int64_t spin = (int64_t)((double)ms(9) / stress_scale());
+    StuckHandoff() { EXPECT_EQ(0, fern_sem_init(&s, 0)); }
+    ~StuckHandoff() { EXPECT_EQ(0, fern_sem_destroy(&s)); }
+    void wait() {
+        EXPECT_EQ(0, fern_sem_wait(&s));
+        woke_at = fern_now_ns();
+    }
+    void post_and_compute() {
+        posted_at = fern_now_ns();
+        EXPECT_EQ(0, fern_sem_post(&s)); // the waiter goes to this worker's hand-off slot
+        int64_t end = fern_now_ns() + spin;
+        while (fern_now_ns() < end && woke_at.load() == 0) {
+        }
+    }
+    void expect_stolen(const std::string &what) {
+        ASSERT_NE(0, woke_at.load());
+        EXPECT_LT(woke_at.load() - posted_at.load(), spin * 2 / 3)
+            << what << "the woken thread waited " << (woke_at.load() - posted_at.load()) / 1000
+            << " us behind the busy one";
+    }
+};
+
 // A thread woken into the hand-off slot of a worker whose running thread
 // then computes is stolen by the idle worker once that worker has not
 // switched for NEXT_STUCK_NS (10 us), not left until the computation ends
@@ -368,29 +396,18 @@ TEST(Sched, HandOffBehindABusyThreadIsStolen) {
     Watchdog wd(60, "HandOffBehindABusyThreadIsStolen");
     fern_cluster *c = nullptr;
     ASSERT_EQ(0, fern_cluster_create(&c, 2));
-    static fern_sem s;
-    ASSERT_EQ(0, fern_sem_init(&s, 0));
-    std::atomic<int64_t> woke_at{0}, posted_at{0};
-    const int64_t spin = (int64_t)((double)ms(9) / stress_scale());
-    fern_thread *b = nullptr, *a = nullptr;
-    ASSERT_EQ(0, spawn_on(&b, c, [&] {
-        EXPECT_EQ(0, fern_sem_wait(&s));
-        woke_at = fern_now_ns();
-    }));
-    ASSERT_EQ(0, spawn_on(&a, c, [&] {
-        EXPECT_EQ(0, fern_sleep_ns(ms(20))); // b waits by now
-        posted_at = fern_now_ns();
-        EXPECT_EQ(0, fern_sem_post(&s)); // b goes to this worker's hand-off slot
-        int64_t end = fern_now_ns() + spin;
-        while (fern_now_ns() < end && woke_at.load() == 0) {
-        }
-    }));
-    ASSERT_EQ(0, fern_join(a, nullptr));
-    ASSERT_EQ(0, fern_join(b, nullptr));
-    ASSERT_NE(0, woke_at.load());
-    EXPECT_LT(woke_at.load() - posted_at.load(), spin * 2 / 3)
-        << "the woken thread waited " << (woke_at.load() - posted_at.load()) / 1000 << " us behind the busy one";
-    EXPECT_EQ(0, fern_sem_destroy(&s));
+    {
+        StuckHandoff h;
+        fern_thread *b = nullptr, *a = nullptr;
+        ASSERT_EQ(0, spawn_on(&b, c, [&] { h.wait(); }));
+        ASSERT_EQ(0, spawn_on(&a, c, [&] {
+            EXPECT_EQ(0, fern_sleep_ns(ms(20))); // b waits by now
+            h.post_and_compute();
+        }));
+        ASSERT_EQ(0, fern_join(a, nullptr));
+        ASSERT_EQ(0, fern_join(b, nullptr));
+        h.expect_stolen("");
+    }
     EXPECT_EQ(0, fern_cluster_destroy(c));
 }
 
@@ -404,21 +421,16 @@ TEST(Sched, HandOffBehindABusyThreadIsStolenWhileWatched) {
     fern_cluster *c = nullptr;
     ASSERT_EQ(0, fern_cluster_create(&c, 2));
     for (int round = 0; round < 5; round++) {
-        static fern_sem ping, pong, late;
+        StuckHandoff h;
+        static fern_sem ping, pong;
         ASSERT_EQ(0, fern_sem_init(&ping, 0));
         ASSERT_EQ(0, fern_sem_init(&pong, 0));
-        ASSERT_EQ(0, fern_sem_init(&late, 0));
-        std::atomic<int64_t> woke_at{0}, posted_at{0};
-        const int64_t spin = (int64_t)((double)ms(9) / stress_scale());
         fern_thread *r = nullptr, *p = nullptr, *q = nullptr;
-        ASSERT_EQ(0, spawn_on(&r, c, [&] {
-            EXPECT_EQ(0, fern_sem_wait(&late));
-            woke_at = fern_now_ns();
-        }));
+        ASSERT_EQ(0, spawn_on(&r, c, [&] { h.wait(); }));
         ASSERT_EQ(0, spawn_on(&q, c, [&] {
             for (;;) {
                 EXPECT_EQ(0, fern_sem_wait(&pong));
-                if (posted_at.load())
+                if (h.posted_at.load())
                     break;
                 EXPECT_EQ(0, fern_sem_post(&ping));
             }
@@ -431,23 +443,15 @@ TEST(Sched, HandOffBehindABusyThreadIsStolenWhileWatched) {
                 EXPECT_EQ(0, fern_sem_post(&pong));
                 EXPECT_EQ(0, fern_sem_wait(&ping));
             }
-            posted_at = fern_now_ns();
-            EXPECT_EQ(0, fern_sem_post(&late)); // r goes to this worker's hand-off slot
-            int64_t end = fern_now_ns() + spin;
-            while (fern_now_ns() < end && woke_at.load() == 0) {
-            }
+            h.post_and_compute();
             EXPECT_EQ(0, fern_sem_post(&pong)); // q ends
         }));
         ASSERT_EQ(0, fern_join(p, nullptr));
         ASSERT_EQ(0, fern_join(q, nullptr));
         ASSERT_EQ(0, fern_join(r, nullptr));
-        ASSERT_NE(0, woke_at.load());
-        EXPECT_LT(woke_at.load() - posted_at.load(), spin * 2 / 3)
-            << "round " << round << ": the woken thread waited " << (woke_at.load() - posted_at.load()) / 1000
-            << " us behind the busy one";
+        h.expect_stolen("round " + std::to_string(round) + ": ");
         EXPECT_EQ(0, fern_sem_destroy(&ping));
         EXPECT_EQ(0, fern_sem_destroy(&pong));
-        EXPECT_EQ(0, fern_sem_destroy(&late));
     }
     EXPECT_EQ(0, fern_cluster_destroy(c));
 }
