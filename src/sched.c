@@ -115,9 +115,10 @@
  *             decrement once the wake is done; cluster_stop's acquire load
  *             of 0 comes after every waker's last touch of the cluster.
  *   counters  (n_switches, n_steals, n_sleeps, n_migrations, live_delta,
- *             live_ext, spawned_ext; COUNT) relaxed: written by one worker or
- *             added atomically, read by fern_stats, fern_dump and spinners as
- *             hints that tolerate stale values.
+ *             live_ext, spawned_ext; COUNT) relaxed: written by one worker,
+ *             added atomically, or (live_ext) only under the inbox's lock;
+ *             read by fern_stats, fern_dump and spinners as hints that
+ *             tolerate stale values.
  *   run_state, stack (for fern_dump): relaxed, diagnostics only.
  */
 #include "internal.h"
@@ -384,8 +385,8 @@ static inline void inbox_push(struct fern_cluster *c, fern_thread *t, bool gaine
 {
     STORE_RELAXED(&t->run_state, T_RUNNABLE);
     spin_lock(&c->inbox.lock);
-    if (gained)
-        ADD_RELAXED(&c->live_ext, 1);
+    if (gained) /* every change of live_ext is here, under the lock */
+        STORE_RELAXED(&c->live_ext, c->live_ext + 1);
     inbox_add(&c->inbox, t);
     inbox_unlock_added(c);
 }
@@ -1190,9 +1191,14 @@ void sched_ready_tail(fern_thread *t)
 }
 
 /* A new thread: onto this worker's ring if it belongs here, else (or from
- * the idle context) the cluster's inbox. */
-void sched_spawned(fern_thread *t)
+ * the idle context) the cluster's inbox. `gained`: spawned from outside its
+ * cluster, counted in live_ext as the inbox takes it. */
+void sched_spawned(fern_thread *t, bool gained)
 {
+    if (gained) {
+        inbox_push(t->cluster, t, true);
+        return;
+    }
     struct worker *w = worker_self();
     ready_last(w && w->cur != &w->g0 ? w : NULL, t);
 }
