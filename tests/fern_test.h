@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <system_error>
 #include <thread>
 #include <type_traits>
@@ -193,6 +194,33 @@ class Watchdog {
     bool done_ = false;
     std::thread th_;
 };
+
+// A Watchdog around every test of a binary that appends it to gtest's
+// listeners (FERN_WATCHDOG_EACH_TEST below): a hang in any test aborts with
+// the test's name and a fern_dump instead of running into ctest's timeout
+// with nothing to show.
+class WatchdogEach : public ::testing::EmptyTestEventListener {
+  public:
+    explicit WatchdogEach(int seconds) : seconds_(seconds) {}
+    void OnTestStart(const ::testing::TestInfo &info) override {
+        name_ = std::string(info.test_suite_name()) + "." + info.name();
+        wd_ = std::make_unique<Watchdog>(seconds_, name_.c_str());
+    }
+    void OnTestEnd(const ::testing::TestInfo &) override { wd_.reset(); }
+
+  private:
+    int seconds_;
+    std::string name_;
+    std::unique_ptr<Watchdog> wd_;
+};
+
+// In one source file of a test binary: every test gets `seconds`.
+#define FERN_WATCHDOG_EACH_TEST(seconds)                                                           \
+    static const bool fern_watchdog_each_ = [] {                                                   \
+        ::testing::UnitTest::GetInstance()->listeners().Append(                                    \
+            new ::fern_test::WatchdogEach(seconds));                                               \
+        return true;                                                                               \
+    }()
 
 // Expect stmt to throw std::system_error whose code is errno value e in
 // std::generic_category() (the C++ API's error convention).

@@ -14,6 +14,9 @@
 
 using namespace hook_test;
 
+// A hang in any test of this binary aborts with its name and a fern_dump.
+FERN_WATCHDOG_EACH_TEST(120);
+
 namespace {
 
 std::unique_ptr<hook_servers::Redis> redis;

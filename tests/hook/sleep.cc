@@ -13,6 +13,9 @@
 
 using namespace hook_test;
 
+// A hang in any test of this binary aborts with its name and a fern_dump.
+FERN_WATCHDOG_EACH_TEST(120);
+
 namespace {
 
 // n green threads on one worker each run call() (about 100 ms); all must be
