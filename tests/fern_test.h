@@ -174,8 +174,20 @@ class Watchdog {
               if (!cv_.wait_for(lk, std::chrono::seconds(seconds), [this] { return done_; })) {
                   std::fprintf(stderr, "WATCHDOG: %s did not finish within %d s (lost wake-up?)\n",
                                what, seconds);
-                  if (runtime_running()) fern_dump(stderr);
                   std::fflush(stderr);
+                  if (runtime_running()) {
+                      // The dump takes the runtime's locks, which the hang
+                      // may hold: give it 10 s, then abort anyway.
+                      auto dumped = std::make_shared<std::atomic<bool>>(false);
+                      std::thread([dumped] {
+                          fern_dump(stderr);
+                          std::fflush(stderr);
+                          dumped->store(true);
+                      }).detach();
+                      for (int i = 0; i < 1000 && !dumped->load(); i++)
+                          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+                      if (!dumped->load()) std::fputs("WATCHDOG: fern_dump blocked\n", stderr);
+                  }
                   std::abort();
               }
           }) {}
