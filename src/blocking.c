@@ -42,6 +42,8 @@ static struct {
 
 static void *helper_main(void *arg)
 {
+    (void)arg;
+    pthread_setname_np(pthread_self(), "fern-blocking"); /* for top, gdb and perf */
     pthread_mutex_lock(&BP.mu);
     for (;;) {
         while (!BP.head && !BP.stopping) {

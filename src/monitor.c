@@ -261,6 +261,7 @@ static bool any_busy(void)
 static void *monitor_main(void *arg)
 {
     (void)arg;
+    pthread_setname_np(pthread_self(), "fern-monitor"); /* for top, gdb and perf */
     while (!LOAD(&M.stop)) {
         int64_t now = fern_now_ns(), again;
         pthread_mutex_lock(&rt.boot_lock);

@@ -292,8 +292,7 @@ static bool point_safe(struct worker *w, fern_thread *t, void *ucv)
 #endif
 
 /* One tick on w, whose running thread is t. */
-HANDLER_UNINSTRUMENTED static void preempt_tick(struct worker *w, fern_thread *t,
-                                                                   void *ucv)
+HANDLER_UNINSTRUMENTED static void preempt_tick(struct worker *w, fern_thread *t, void *ucv)
 {
     int64_t cpu = self_cpu_ns();
     uint64_t sw = LOAD_RELAXED(&w->n_switches);

@@ -1555,6 +1555,7 @@ static void *worker_main(void *arg)
 {
     struct worker *w = arg;
     fern_tls_worker_ = w;
+    pthread_setname_np(pthread_self(), "fern-worker"); /* for top, gdb and perf */
     STORE_RELAXED(&w->tid, (int32_t)gettid());
     STORE_RELAXED(&w->cur, &w->g0);
     monitor_worker_busy(w); /* the monitor may sleep: it watches us from now */

@@ -9,6 +9,9 @@
 #include <fern/fern.h>
 #include <gtest/gtest.h>
 
+#include <dirent.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -17,6 +20,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -163,6 +167,55 @@ template <class P> bool wait_until(P pred, int timeout_ms = 10000) {
 // declared const, so plain `errno` may be cached across a switch in test code.
 __attribute__((noipa)) inline int get_errno() { return errno; }
 __attribute__((noipa)) inline void set_errno(int e) { errno = e; }
+
+// CPU time of each kernel thread of this process so far (tid -> name and
+// ns, from /proc/self/task/*/schedstat), for saying which thread used what
+// when a CPU bound fails.
+struct ThreadCpu {
+    std::string name;
+    uint64_t ns = 0;
+};
+inline std::map<int, ThreadCpu> thread_cpu() {
+    std::map<int, ThreadCpu> out;
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return out;
+    while (struct dirent *e = readdir(d)) {
+        int tid = std::atoi(e->d_name);
+        if (tid <= 0) continue;
+        std::string base = std::string("/proc/self/task/") + e->d_name;
+        ThreadCpu tc;
+        if (FILE *f = std::fopen((base + "/schedstat").c_str(), "r")) {
+            unsigned long long ns = 0;
+            if (std::fscanf(f, "%llu", &ns) == 1) tc.ns = ns;
+            std::fclose(f);
+        }
+        if (FILE *f = std::fopen((base + "/comm").c_str(), "r")) {
+            char buf[64] = "";
+            if (std::fgets(buf, sizeof buf, f)) tc.name = buf;
+            std::fclose(f);
+            while (!tc.name.empty() && tc.name.back() == '\n') tc.name.pop_back();
+        }
+        out[tid] = tc;
+    }
+    closedir(d);
+    return out;
+}
+// The threads that used at least 0.1 ms between two snapshots, busiest
+// first: "tid name ms; ...".
+inline std::string thread_cpu_delta(const std::map<int, ThreadCpu> &a, const std::map<int, ThreadCpu> &b) {
+    std::vector<std::pair<uint64_t, std::string>> used;
+    for (const auto &kv : b) {
+        auto it = a.find(kv.first);
+        uint64_t d = kv.second.ns - (it == a.end() ? 0 : it->second.ns);
+        if (d >= 100000)
+            used.push_back({d, std::to_string(kv.first) + " " + kv.second.name + " " +
+                                   std::to_string((double)d / 1e6) + " ms"});
+    }
+    std::sort(used.rbegin(), used.rend());
+    std::string s;
+    for (const auto &u : used) s += u.second + "; ";
+    return s.empty() ? "no thread used 0.1 ms" : s;
+}
 
 // Aborts the process (after a fern_dump to stderr) if not destroyed within
 // `seconds`: a hang becomes a visible failure instead of a ctest timeout.

@@ -236,6 +236,31 @@ TEST(Sched, WorkSpreadsToAllWorkers) {
     EXPECT_EQ(0, fern_cluster_destroy(c));
 }
 
+// fern's kernel threads carry names (top, gdb, perf and the idle tests'
+// per-thread breakdown tell them apart): fern-worker, fern-monitor,
+// fern-blocking once the blocking pool has run something.
+TEST(Sched, KernelThreadsAreNamed) {
+    fern_cluster *c = nullptr;
+    ASSERT_EQ(0, fern_cluster_create(&c, 3));
+    fern_thread *t = nullptr;
+    ASSERT_EQ(0, spawn_on(&t, c, [] { fern_blocking([](void *a) { return a; }, nullptr); }));
+    ASSERT_EQ(0, fern_join(t, nullptr));
+    std::map<std::string, int> names;
+    for (const auto &kv : thread_cpu()) names[kv.second.name]++;
+    auto list = [&] {
+        std::string s;
+        for (const auto &kv : names) s += kv.first + " x" + std::to_string(kv.second) + "; ";
+        return s;
+    };
+    EXPECT_GE(names["fern-worker"], 3) << list();
+    EXPECT_EQ(names["fern-monitor"], 1) << list();
+    EXPECT_GE(names["fern-blocking"], 1) << list();
+    EXPECT_EQ(0, fern_cluster_destroy(c));
+    names.clear();
+    for (const auto &kv : thread_cpu()) names[kv.second.name]++;
+    EXPECT_GE(names["fern-worker"], 1) << "the default cluster's workers: " << list();
+}
+
 double cpu_seconds() {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -272,13 +297,16 @@ TEST(Sched, IdleProcessUsesNoCpu) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // let workers go idle
     struct fern_stats s0, s1;
     ASSERT_EQ(0, fern_stats(&s0));
+    auto per0 = thread_cpu();
     double c0 = cpu_seconds();
     int64_t t0 = fern_now_ns();
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     double used = cpu_seconds() - c0;
     double wall = (double)(fern_now_ns() - t0) / 1e9;
+    auto per1 = thread_cpu();
     ASSERT_EQ(0, fern_stats(&s1));
-    EXPECT_LT(used, 0.03) << "idle process used " << used * 1000 << " ms CPU in " << wall * 1000 << " ms";
+    EXPECT_LT(used, 0.03) << "idle process used " << used * 1000 << " ms CPU in " << wall * 1000
+                          << " ms; by thread: " << thread_cpu_delta(per0, per1);
     EXPECT_EQ(s0.switches, s1.switches) << "workers kept switching while everything was parked";
     EXPECT_GT(s1.worker_sleeps, 0u);
     fern_mutex_lock(&m);
