@@ -48,7 +48,7 @@ struct keyval {
 };
 
 void sched_exit(after_fn fn, void *arg) __attribute__((noreturn));
-void sched_spawned(fern_thread *t, bool gained);
+void sched_spawned(fern_thread *t);
 void sched_after_switch(void);
 
 /* ------------------------------------------------------------------------ */
@@ -325,17 +325,17 @@ int fern_spawn(fern_thread **out, const fern_attr *attr, fern_fn fn, void *arg)
     t->tsan_fiber = __tsan_create_fiber(0);
 #endif
     STORE(&t->alloc, A_LIVE);
-    bool mine = w && w->cluster == c;
-    if (mine) {
+    if (w && w->cluster == c) {
         COUNT(&w->n_spawned, 1);
         COUNT(&w->live_delta, 1);
     } else {
+        /* c's live_ext counts it as its inbox takes it (sched_spawned) */
         ADD_RELAXED(&rt.spawned_ext, 1);
     }
     PROBE2(spawn, t->id, t->name);
     if (out)
         *out = t;
-    sched_spawned(t, !mine);
+    sched_spawned(t);
     return 0;
 }
 
