@@ -354,21 +354,29 @@ TEST(Monitor, RescuedSpinnerDoesNotStarvePinnedThreads) {
 TEST(Monitor, RescuedHolderRunsWhenEverySpareIsBlocked) {
     if (!kAsyncPreempt) GTEST_SKIP() << kNoPreemptMsg;
     if (kTsan) GTEST_SKIP() << "ThreadSanitizer: cooperative preemption only";
-    restart(1, 0);
     Watchdog wd(60, "RescuedHolderRunsWhenEverySpareIsBlocked");
-    holder_and_takers([] {
-        // In libc (not preemptible) until the spares are all taken...
-        static char zeros[1 << 20];
-        int64_t end = fern_now_ns() + ms(400) * kLatenessScale;
-        uint64_t found = 0;
-        while (fern_now_ns() < end) found += memchr(zeros, 1, sizeof zeros) != nullptr;
-        // ...then in its own code, where it is preempted.
-        return spin_app_code(found, ms(100));
-    });
+    // Under qemu-user the scenario does not always form (a spare short: 4
+    // started, in 2 of 44 emulated runs, and in 1 of 30 for the code before
+    // session 16): up to three attempts, each in a fresh runtime, of which
+    // one must form it; a hang in any of them fails the test.
     struct fern_stats s;
-    ASSERT_EQ(0, fern_stats(&s));
-    std::printf("spares started %llu, preemptions %llu, deferred %llu\n", (unsigned long long)s.spares_started,
-                (unsigned long long)s.preemptions, (unsigned long long)s.preemptions_deferred);
+    for (int attempt = 0; attempt < 3; attempt++) {
+        restart(1, 0);
+        holder_and_takers([] {
+            // In libc (not preemptible) until the spares are all taken...
+            static char zeros[1 << 20];
+            int64_t end = fern_now_ns() + ms(400) * kLatenessScale;
+            uint64_t found = 0;
+            while (fern_now_ns() < end) found += memchr(zeros, 1, sizeof zeros) != nullptr;
+            // ...then in its own code, where it is preempted.
+            return spin_app_code(found, ms(100));
+        });
+        ASSERT_EQ(0, fern_stats(&s));
+        std::printf("attempt %d: spares started %llu, preemptions %llu, deferred %llu\n", attempt,
+                    (unsigned long long)s.spares_started, (unsigned long long)s.preemptions,
+                    (unsigned long long)s.preemptions_deferred);
+        if (s.spares_started >= 5) break;
+    }
     // The scenario happened: the four spares, and one over the limit.
     EXPECT_GE(s.spares_started, 5u);
     // Once they have ended, ordinary compensation (eight threads blocked in
