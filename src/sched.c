@@ -1198,18 +1198,22 @@ static __attribute__((noinline)) void inbox_push_gained(struct fern_cluster *c, 
     inbox_push(c, t, true);
 }
 
-/* A new thread: onto this worker's ring if it belongs here, else (or from
- * the idle context) the cluster's inbox. Spawned by a worker of another
- * cluster or a plain thread, it is counted in live_ext there (fern_spawn
- * counted one spawned by this cluster's worker in live_delta). */
+/* A new thread, counted and made runnable: spawned by a worker of its
+ * cluster, in that worker's counts and onto its ring (or, from the idle
+ * context, the inbox); else onto the cluster's inbox, counted in live_ext
+ * by the push. */
 void sched_spawned(fern_thread *t)
 {
     struct worker *w = worker_self();
     struct fern_cluster *c = t->cluster;
-    if (unlikely(!w || w->cluster != c))
+    if (unlikely(!w || w->cluster != c)) {
+        ADD_RELAXED(&rt.spawned_ext, 1);
         inbox_push_gained(c, t);
-    else
-        ready_last(w->cur != &w->g0 ? w : NULL, t);
+        return;
+    }
+    COUNT(&w->n_spawned, 1);
+    COUNT(&w->live_delta, 1);
+    ready_last(w->cur != &w->g0 ? w : NULL, t);
 }
 
 static void after_migrate(struct worker *w, fern_thread *prev, void *arg)

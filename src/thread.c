@@ -325,13 +325,6 @@ int fern_spawn(fern_thread **out, const fern_attr *attr, fern_fn fn, void *arg)
     t->tsan_fiber = __tsan_create_fiber(0);
 #endif
     STORE(&t->alloc, A_LIVE);
-    if (w && w->cluster == c) {
-        COUNT(&w->n_spawned, 1);
-        COUNT(&w->live_delta, 1);
-    } else {
-        /* c's live_ext counts it as its inbox takes it (sched_spawned) */
-        ADD_RELAXED(&rt.spawned_ext, 1);
-    }
     PROBE2(spawn, t->id, t->name);
     if (out)
         *out = t;
