@@ -43,7 +43,7 @@
 #include <stdint.h>
 #include <sys/syscall.h>
 
-#include "hookapi.h"
+#include "io/hookapi.h"
 
 #define HK_HIDDEN __attribute__((visibility("hidden")))
 #define HK_LIKELY(x) __builtin_expect(!!(x), 1)

@@ -11,7 +11,7 @@
  * either ticked a word (the caller checks again) or finds the waiter queued.
  */
 #include "io.h"
-#include "hookapi.h"
+#include "io/hookapi.h"
 
 int fern__hook_green(void) { return thread_current() != NULL; }
 

@@ -122,7 +122,7 @@
  *   run_state, stack (for fern_dump): relaxed, diagnostics only.
  */
 #include "internal.h"
-#include "probes.h"
+#include "debug/probes.h"
 
 #include <sched.h>
 #include <stdio.h>

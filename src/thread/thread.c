@@ -27,8 +27,8 @@
  * (fern_dump) or by the thread itself.
  */
 #include "internal.h"
-#include "hookapi.h"
-#include "probes.h"
+#include "io/hookapi.h"
+#include "debug/probes.h"
 
 #include <stdio.h>
 #include <unistd.h>
