@@ -12,7 +12,7 @@ Commands
 
 Model. Nothing here calls into the process: the registry is read from
 memory, so a core file works as well as a live process. The runtime exports
-one symbol, fern_debug_map (src/debugmap.c): the address of the runtime,
+one symbol, fern_debug_map (src/debug/debugmap.c): the address of the runtime,
 the offsets of the fields read here, and the layout of the frame
 fern_ctx_switch saves. No DWARF is needed (Release builds, stripped
 libraries); docs/debugging.md describes the shape.

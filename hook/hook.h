@@ -21,12 +21,12 @@
  *
  * Waiting. A call that gets EAGAIN on a managed descriptor the user sees as
  * blocking waits and retries:
- *  - on a green thread it parks through libfern (hookapi.h: tick snapshot
+ *  - on a green thread it parks through libfern (io/hookapi.h: tick snapshot
  *    before the call, park on the fd's edge, deadline from SO_RCVTIMEO /
  *    SO_SNDTIMEO, EAGAIN when it passes, EBADF when the fd is closed); on
  *    a TCP socket whose last read came back short, a read parks before its
  *    system call, which could only say EAGAIN (fern's short-transfer rule,
- *    src/fdtab.c; core.c's green_transfer);
+ *    src/io/fdtab.c; core.c's green_transfer);
  *  - on a plain thread (only possible once FLIPPED) it blocks in ppoll(2)
  *    with the same deadline, which is what the kernel's blocking call does.
  * A user non-blocking descriptor or MSG_DONTWAIT gets EAGAIN, as from libc.
@@ -49,38 +49,8 @@
 #define HK_LIKELY(x) __builtin_expect(!!(x), 1)
 
 /* ---- raw system calls: return the kernel's value (-errno on error) ---- */
-#if defined(__x86_64__)
-static inline long hk_sys6(long n, long a, long b, long c, long d, long e, long f)
-{
-    register long r10 __asm__("r10") = d;
-    register long r8 __asm__("r8") = e;
-    register long r9 __asm__("r9") = f;
-    long ret;
-    __asm__ volatile("syscall"
-                     : "=a"(ret)
-                     : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
-                     : "rcx", "r11", "memory");
-    return ret;
-}
-#elif defined(__aarch64__)
-static inline long hk_sys6(long n, long a, long b, long c, long d, long e, long f)
-{
-    register long x8 __asm__("x8") = n;
-    register long x0 __asm__("x0") = a;
-    register long x1 __asm__("x1") = b;
-    register long x2 __asm__("x2") = c;
-    register long x3 __asm__("x3") = d;
-    register long x4 __asm__("x4") = e;
-    register long x5 __asm__("x5") = f;
-    __asm__ volatile("svc 0"
-                     : "+r"(x0)
-                     : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5)
-                     : "memory");
-    return x0;
-}
-#else
-#error "fern-hook: raw system calls are written for x86_64 and aarch64"
-#endif
+#include "arch/syscall.h"
+#define hk_sys6 arch_syscall6
 #define hk_sys(n, ...) hk_sysn_(n, __VA_ARGS__, 0, 0, 0, 0, 0, 0)
 #define hk_sysn_(n, a, b, c, d, e, f, ...)                                                         \
     hk_sys6((n), (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), (long)(f))
@@ -96,7 +66,7 @@ static inline long hk_do(const struct hk_call *c)
 }
 
 /* Under ThreadSanitizer, the part of a green thread's call that may park
- * runs on a second TSan fiber (libfern's thread.c says why). */
+ * runs on a second TSan fiber (libfern's thread/thread.c says why). */
 #if defined(__SANITIZE_THREAD__)
 #define HK_TSAN_ENTER() fern__tsan_enter()
 #define HK_TSAN_LEAVE() fern__tsan_leave()

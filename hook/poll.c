@@ -5,7 +5,7 @@
  *
  * On a green thread: ask the kernel first with a zero timeout (most calls
  * end here); with no descriptors, sleep; otherwise park on every descriptor
- * at once through libfern (hookapi.h) and ask the kernel again when woken,
+ * at once through libfern (io/hookapi.h) and ask the kernel again when woken,
  * until the deadline. Each descriptor is registered with the runtime's epoll
  * once, the first time it is waited on, and stays registered until close:
  * a poll loop costs no epoll_ctl per call. The tick snapshot is taken before

@@ -12,19 +12,20 @@
  *   ARCH_TLS_LOAD(var)   read an initial-exec __thread pointer variable
  *                        with a volatile asm that also clobbers memory, so
  *                        the read is redone at each use and never moved
- *                        across a context switch (DESIGN invariant 4)
+ *                        across a context switch (invariant 4, docs/design.md)
  *   ctx_init(top, self)  build the first frame of a green thread below
  *                        `top` for fern_ctx_switch to pop; returns its sp
- *   ARCH_DEBUG_FRAME     the saved frame's layout for debuggers (debugmap.c)
+ *   ARCH_DEBUG_FRAME     the saved frame's layout for debuggers (debug/debugmap.c)
  *   arch_uc_pc(uc), arch_uc_sp(uc)
  *                        the interrupted pc and sp in a signal handler's
- *                        ucontext_t (preempt.c, debug.c)
+ *                        ucontext_t (watch/preempt.c, debug/debug.c)
  *   arch_shadow_stack_active()
  *                        a hardware shadow stack is on for this thread
  *                        (fern_init then refuses: switches would fault)
  *   ARCH_JUMP_RETURN     1 if switch.S defines the public blocking calls
  *                        as jump_return wrappers of their *_body functions
- *                        (docs/switch.md); 0: stack.c defines plain calls
+ *                        (docs/switch.md); 0: each body's own file defines
+ *                        the public call as a plain call of it
  *   ARCH_PREEMPT         1 if <arch>/preempt.S has fern_preempt_tramp; the
  *                        arch header then also has arch_preempt_init()
  *                        (size the save area), arch_preempt_frame() (stack
@@ -36,7 +37,7 @@
  * and its <arch>/switch.S defines fern_ctx_switch, fern_ctx_entry and
  * fern_ctx_start with the contracts below. Adding an architecture means a
  * directory here with those two files. Page size is not here: it is
- * read from sysconf at run time (stack.c), never assumed.
+ * read from sysconf at run time (stack/stack.c), never assumed.
  */
 #ifndef FERN_ARCH_H
 #define FERN_ARCH_H

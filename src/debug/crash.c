@@ -23,7 +23,7 @@
  * torn down). A signal whose disposition the program already set (handler
  * or ignore) is left alone: the program owns it.
  */
-#include "internal.h"
+#include "debug/debug.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -150,7 +150,7 @@ static void *dumper(void *arg)
     }
 }
 
-/* A FERN_DUMP_SIGNAL value (config.c checks it when fern_init runs): "off",
+/* A FERN_DUMP_SIGNAL value (runtime/config.c checks it when fern_init runs): "off",
  * "none" or "0" = 0, a name with or without "SIG" from signames, or a number
  * in 1..NSIG-1. Returns the signal, 0 for none, -1 if s is none of those. */
 int crash_signal_parse(const char *s)
@@ -240,5 +240,5 @@ int crash_start(void)
     return 0;
 }
 
-/* Kernel threads this file runs (the dumper), for deadlock.c's count. */
+/* Kernel threads this file runs (the dumper), for watch/deadlock.c's count. */
 unsigned crash_threads(void) { return D.sig ? 1u : 0u; }

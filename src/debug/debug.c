@@ -11,7 +11,7 @@
  * Any other fault goes to the handler that was installed before ours, or
  * gets the default action after crash.c's report of the green thread.
  */
-#include "internal.h"
+#include "debug/debug.h"
 
 #include <signal.h>
 #include <stdio.h>

@@ -35,7 +35,7 @@
  * (inline Python), the script's name on the first line, its text, a NUL.
  * fern_init refers to fern_debug_map, so a static link keeps this file.
  */
-#include "internal.h"
+#include "debug/debug.h"
 
 #include <stddef.h>
 

@@ -10,11 +10,11 @@
  * stop after HELPER_IDLE_NS without work. fern_shutdown stops them all.
  *
  * Memory ordering: the job queue and the helper count are under the pool's
- * lock; a job's completion reaches its caller through a parker (wait.c).
+ * lock; a job's completion reaches its caller through a parker (sync/wait.c).
  * The one-time warning flag is a relaxed exchange (only one message
  * matters), the wait notes relaxed (fern_dump).
  */
-#include "internal.h"
+#include "io/io.h"
 
 #include <stdio.h>
 #include <time.h>

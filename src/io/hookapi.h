@@ -43,7 +43,7 @@ struct fern__pollent {
  * the runtime if it is not running. */
 FERN__API int fern__io_snap(struct fern__pollent *pe);
 
-/* The short-transfer rule of fern's TCP calls (src/fdtab.c) for a snapped
+/* The short-transfer rule of fern's TCP calls (src/io/fdtab.c) for a snapped
  * entry with one direction in pe->dirs. fern__io_begin, right before the
  * system call: returns a token (0: not a TCP socket, nothing to do) and
  * moves pe's tick of that direction to the value it set, so a park after
@@ -66,7 +66,7 @@ FERN__API int fern__io_park(const struct fern__pollent *pe, int n, int64_t deadl
 
 /* Under ThreadSanitizer (a libfern built with it), bracket the part of a
  * hooked call that may park: the green thread runs it on a second TSan fiber
- * (thread.c says why). Nesting is counted. No-ops otherwise and on plain
+ * (thread/thread.c says why). Nesting is counted. No-ops otherwise and on plain
  * threads. */
 FERN__API void fern__tsan_enter(void);
 FERN__API void fern__tsan_leave(void);

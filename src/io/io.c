@@ -187,7 +187,7 @@ static int io_await(int fd, struct fdent *e, int dir)
 }
 
 /* Try the call; on EAGAIN park until the fd is ready and retry. errno is
- * read through errno_get: the loop spans parks (see internal.h).
+ * read through errno_get: the loop spans parks (see base/base.h: errno_get).
  *
  * `ask` is the size asked for when the call qualifies for the short-transfer
  * rule (fdtab.c header comment), else 0; it is evaluated only for TCP

@@ -6,12 +6,15 @@
  *  - poller.c: the process's epoll set and how the scheduler polls it;
  *  - io.c: the fern_* fd calls that park;
  *  - iohook.c: the entry points lent to fern-hook (hookapi.h).
- * Nothing here is used outside those files.
+ *  - blocking.c: fern_blocking's helper kernel threads.
+ * Nothing here is used outside those files but the last section, which is
+ * for runtime/ and debug/; what the scheduler's idle loop needs from the
+ * poller is declared in sched/sched.h (poller.c implements it).
  */
 #ifndef FERN_IO_H
 #define FERN_IO_H
 
-#include "internal.h"
+#include "thread/thread.h"
 
 #include <sys/epoll.h>
 
@@ -110,5 +113,11 @@ extern struct poller IO;
 int poller_ctl(int op, int fd, struct epoll_event *ev);
 
 static inline void unlock_spin_io(void *l) { spin_unlock(l); }
+
+/* ---- for runtime/ and debug/ ---- */
+int io_init(void);
+void io_fini(void);
+uint64_t io_poller_ctls(void);
+void blocking_fini(void);
 
 #endif

@@ -14,7 +14,7 @@
  * (sched_ready): a thread of another cluster goes to that cluster's inbox.
  *
  * Memory ordering. The poll owner's in_epoll and a waker's sleep_word form
- * the store-buffer pattern with sched.c: a full_fence on each side.
+ * the store-buffer pattern with sched/idle.c: a full_fence on each side.
  * poll_owner: acquire CAS to take, release store to give up. wake_pending:
  * acq_rel exchange, so one eventfd write per wake. waiters: a relaxed count
  * (io_active is a hint); a plain thread about to wait fences after counting

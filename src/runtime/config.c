@@ -21,7 +21,7 @@
  * 64k = 65536); counts are plain decimal numbers. Leading or trailing
  * spaces, signs, and values that overflow are rejected, not guessed at.
  */
-#include "internal.h"
+#include "runtime/runtime.h"
 
 #include <errno.h>
 #include <signal.h>

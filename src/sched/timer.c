@@ -5,7 +5,7 @@
  * Each worker owns a binary min-heap of timers. Only the owner adds timers
  * (a thread parks on its own worker and adds its timer in the post-switch
  * action). The owner fires them (scheduler tick, idle path); so does the
- * monitor when the owner is stuck in one thread (monitor.c), so a sleeper's
+ * monitor when the owner is stuck in one thread (watch/monitor.c), so a sleeper's
  * lateness does not depend on which worker queued its timer. Anyone may
  * cancel, because a woken thread may resume on another worker.
  *
@@ -26,7 +26,7 @@
  * waker took the queue lock released after timer_add, and the wake reaches
  * the thread through the run queue's release/acquire).
  */
-#include "internal.h"
+#include "sched/sched.h"
 
 #include <time.h>
 
@@ -188,34 +188,4 @@ void timers_free(struct worker *w)
     free(w->timers.v);
     w->timers.v = NULL;
     w->timers.n = w->timers.cap = 0;
-}
-
-int fern_sleep_until(int64_t deadline_ns)
-{
-    if (deadline_ns < 0)
-        return EINVAL;
-    fern_thread *self = thread_current();
-    if (!self) {
-        struct timespec ts = {deadline_ns / 1000000000, deadline_ns % 1000000000};
-        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-            ;
-        return 0;
-    }
-    if (deadline_ns <= fern_now_ns())
-        return 0;
-    struct waiter wt;
-    waiter_init(&wt);
-    STORE_RELAXED(&self->wait_what, "sleep");
-    STORE_RELAXED(&self->wait_obj, NULL);
-    waiter_wait(&wt, NULL, deadline_ns);
-    STORE_RELAXED(&self->wait_what, NULL);
-    return 0;
-}
-
-int fern_sleep_ns(int64_t ns)
-{
-    if (ns <= 0)
-        return 0;
-    int64_t now = fern_now_ns();
-    return fern_sleep_until(ns > FERN_FOREVER - now ? FERN_FOREVER : now + ns);
 }

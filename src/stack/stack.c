@@ -32,7 +32,7 @@
  * recently freed, LIFO, never trimmed, so a burst of short threads reuses
  * stacks whose pages are already committed and in cache) and "cold" ones. A
  * stack that falls from hot to cold is trimmed (MADV_DONTNEED of all but its
- * top STACK_KEEP bytes) by an idle worker (when: sched.c, TRIM_IDLE_NS), so
+ * top STACK_KEEP bytes) by an idle worker (when: sched/idle.c, TRIM_IDLE_NS), so
  * one deep call does not pin memory forever; trimming is never on the
  * spawn/exit path. Beyond STACK_CACHE_MAX a worker hands stacks to the
  * global per-class lists.
@@ -46,7 +46,7 @@
  * relaxed hints read outside the lock and re-checked under it; the
  * counters (mapped, trims, guards_*) are relaxed, for fern_stats.
  */
-#include "internal.h"
+#include "sched/sched.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -268,7 +268,7 @@ static size_t slot_index(const struct class_pool *p, const char *slot, size_t st
  * Slots stay handed out one at a time in address order. A batch of slots per
  * worker would be simpler, but then the threads of two workers park, and a
  * broadcast walks them, interleaved from two address ranges: measured with
- * the hand-off chain prefetched (sync.c), bench/fern_million's wake-all went
+ * the hand-off chain prefetched (sync/mutex.h), bench/fern_million's wake-all went
  * from 0.18 to 0.29 s for a spawn+park 2% faster. The claimed slots cost no
  * memory until used but their guards' page-table page.
  *
@@ -660,14 +660,3 @@ void stack_stats(struct fern_stats *st)
     /* Every carved stack is either bound to a thread or cached in a pool. */
     st->stacks_cached = st->stacks_mapped - st->stacks_in_use;
 }
-
-#if !ARCH_JUMP_RETURN
-/* Where no jump_return trampolines exist (arch.h: ARCH_JUMP_RETURN), the
- * public blocking calls are plain calls of their bodies. */
-void fern_yield(void) { fern_yield_body(); }
-int fern_join(fern_thread *t, void **ret) { return fern_join_body(t, ret); }
-int fern_chan_send(fern_chan *ch, const void *elem) { return fern_chan_send_body(ch, elem); }
-int fern_chan_recv(fern_chan *ch, void *elem) { return fern_chan_recv_body(ch, elem); }
-int fern_cond_wait(fern_cond *c, fern_mutex *m) { return fern_cond_wait_body(c, m); }
-#endif
-

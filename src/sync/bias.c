@@ -58,9 +58,8 @@
  * operation are visible before BIAS_SHARED is published (release). bias_
  * itself changes by acq_rel CAS; revocations is a relaxed counter.
  */
-#include "internal.h"
+#include "sync/sync.h"
 
-#include <linux/membarrier.h>
 #include <sched.h>
 #include <stdio.h>
 #include <sys/syscall.h>
@@ -71,42 +70,9 @@ struct bias_slot bias_slots[BIAS_SLOTS];
 static struct {
     pthread_mutex_t lock;
     int state;        /* 0 not probed, 1 usable, -1 off */
-    int barrier;      /* membarrier registered: 0 not probed, 1 yes, -1 no */
     uint8_t used[BIAS_SLOTS];
     uint64_t revocations;
-} B = {PTHREAD_MUTEX_INITIALIZER, 0, 0, {0}, 0};
-
-static long membarrier(int cmd) { return syscall(SYS_membarrier, cmd, 0, 0); }
-
-static bool membarrier_probe(void)
-{
-    if (B.barrier == 0) {
-        long q = membarrier(MEMBARRIER_CMD_QUERY);
-        B.barrier = q > 0 && (q & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
-                            membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0
-                        ? 1
-                        : -1;
-    }
-    return B.barrier == 1;
-}
-
-bool membarrier_ready(void)
-{
-    pthread_mutex_lock(&B.lock);
-    bool ok = membarrier_probe();
-    pthread_mutex_unlock(&B.lock);
-    return ok;
-}
-
-void membarrier_all(void)
-{
-    if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0) {
-        /* Registered at startup, so this cannot fail short of a kernel
-         * bug; going on without the barrier could corrupt the object. */
-        fprintf(stderr, "fern: membarrier failed\n");
-        abort();
-    }
-}
+} B = {PTHREAD_MUTEX_INITIALIZER, 0, {0}, 0};
 
 /* Called with B.lock held. */
 static bool bias_usable(void)
@@ -114,7 +80,7 @@ static bool bias_usable(void)
     if (B.state == 0) {
         B.state = -1;
 #ifndef FERN_TSAN
-        if (config.bias && membarrier_probe())
+        if (config.bias && membarrier_ready())
             B.state = 1;
 #endif
     }

@@ -8,8 +8,8 @@
  * channel is unbuffered).
  *
  * Delivery is direct: a sender that finds a waiting receiver claims it (the
- * CAS on its parker, DESIGN invariant 2), copies the element into the
- * receiver's destination, then releases it; a receiver that empties a slot
+ * CAS on its parker: invariant 2, docs/design.md), copies the element into
+ * the receiver's destination, then releases it; a receiver that empties a slot
  * pulls the first waiting sender's element into the ring. A claimed waiter
  * always gets its value; a waiter that timed out or whose select fired
  * elsewhere loses the claim and is skipped, so every element is delivered
@@ -42,7 +42,7 @@
  * wait_what/wait_obj notes are relaxed: fern_dump reads them for display
  * only.
  */
-#include "internal.h"
+#include "sync/sync.h"
 
 struct fern_chan {
     uint32_t lock;
@@ -507,3 +507,10 @@ int fern_select(fern_select_case *cases, size_t n, int64_t deadline_ns)
     cases[p.index].result = p.result;
     return p.index;
 }
+
+#if !ARCH_JUMP_RETURN
+/* Where switch.S has no jump_return trampolines (arch.h: ARCH_JUMP_RETURN),
+ * the public call is a plain call of its body. */
+int fern_chan_send(fern_chan *ch, const void *elem) { return fern_chan_send_body(ch, elem); }
+int fern_chan_recv(fern_chan *ch, void *elem) { return fern_chan_recv_body(ch, elem); }
+#endif

@@ -7,9 +7,10 @@
  * It waits in one or more places at once (a waiter per wait queue: one for a
  * mutex, one per case for a select) and maybe a timer; whoever moves its
  * state from W_WAITING first (a waker -> W_CLAIMED, the timer -> W_TIMEDOUT)
- * wins, the others do nothing (DESIGN invariant 2). A waker that claimed a
- * parker fills in the result and the data, then publishes W_WOKEN, so the
- * woken party never sees a half-delivered value.
+ * wins, the others do nothing (wake exactly once: invariant 2,
+ * docs/design.md). A waker that claimed a parker fills in the result and
+ * the data, then publishes W_WOKEN, so the woken party never sees a
+ * half-delivered value.
  *
  * Visibility: the waiter is queued while the caller holds the queue's spin
  * lock; a green thread releases that lock only in the post-switch action,
@@ -44,10 +45,9 @@
  * result, index and the data with plain stores, then publishes W_WOKEN with
  * a release store; the waiter reads state with an acquire load before it
  * reads any of them. The timer's CAS to W_TIMEDOUT is acq_rel for the same
- * reason. Spin locks: acquire exchange, release store, relaxed loads while
- * waiting (the exchange decides).
+ * reason.
  */
-#include "internal.h"
+#include "sync/sync.h"
 
 #include <limits.h>
 #include <linux/futex.h>
@@ -55,44 +55,6 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
-
-void spin_backoff(unsigned *spins)
-{
-    if (++*spins < 256)
-        cpu_relax();
-    else
-        sched_yield();
-}
-
-void spin_lock_slow(uint32_t *l)
-{
-    unsigned spins = 0;
-    for (;;) {
-        while (__atomic_load_n(l, __ATOMIC_RELAXED))
-            spin_backoff(&spins);
-        if (!__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE))
-            return;
-    }
-}
-
-int futex_wait(uint32_t *addr, uint32_t expect, int64_t deadline_ns)
-{
-    struct timespec ts, *tsp = NULL;
-    if (deadline_ns != FERN_FOREVER) {
-        ts.tv_sec = deadline_ns / 1000000000;
-        ts.tv_nsec = deadline_ns % 1000000000;
-        tsp = &ts;
-    }
-    /* FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC deadline. */
-    long r = syscall(SYS_futex, addr, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, expect, tsp, NULL,
-                     FUTEX_BITSET_MATCH_ANY);
-    return r == 0 ? 0 : errno;
-}
-
-void futex_wake(uint32_t *addr, int n)
-{
-    syscall(SYS_futex, addr, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, n, NULL, NULL, 0);
-}
 
 static void parker_timer_fire(struct timer *tm)
 {
@@ -109,7 +71,7 @@ static void after_wait(struct worker *w, fern_thread *prev, void *arg)
 {
     struct parker *p = arg;
     /* Read p before arming the timer: once armed, the monitor may fire it
-     * (monitor.c) and the thread run elsewhere and reuse p's memory. */
+     * (watch/monitor.c) and the thread run elsewhere and reuse p's memory. */
     void (*unlock)(void *) = p->unlock;
     void *unlock_arg = p->unlock_arg;
     if (p->timer.deadline != FERN_FOREVER)
@@ -123,7 +85,7 @@ static void unlock_spin(void *l) { spin_unlock(l); }
 
 /* Post-switch action of a green thread parking without a deadline under one
  * spin lock or none (a biased object's queue): the common case, without
- * after_wait's indirections (parker_park_untimed, internal.h). Both end
+ * after_wait's indirections (parker_park_untimed, wait.h). Both end
  * the parking thread's operation on biased objects (bias.c). */
 void after_wait_spin(struct worker *w, fern_thread *prev, void *arg)
 {
@@ -290,4 +252,27 @@ int waiters_release(struct waiter *chain, int result)
         n++;
     }
     return n;
+}
+
+void wait_note(const char *what, const void *obj) { wait_note_t(thread_current(), what, obj); }
+
+/* The common wait: queue the caller on q (the caller holds *lock), park or
+ * block until woken or the deadline (the lock is released once parked),
+ * and on a timeout unlink the waiter again. Returns W_WOKEN or W_TIMEDOUT. */
+int queue_wait(fern_waitq *q, uint32_t *lock, void *token, const char *what,
+                      const void *obj, int64_t deadline)
+{
+    struct waiter wt;
+    waiter_init(&wt);
+    wt.token = token;
+    waitq_push(q, &wt);
+    wait_note(what, obj);
+    int st = waiter_wait(&wt, lock, deadline);
+    wait_note(NULL, NULL);
+    if (st == W_TIMEDOUT) {
+        spin_lock(lock);
+        waitq_unlink(&wt);
+        spin_unlock(lock);
+    }
+    return st;
 }

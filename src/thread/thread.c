@@ -26,7 +26,7 @@
  * run_state, cluster and stack_cls are relaxed: read for display
  * (fern_dump) or by the thread itself.
  */
-#include "internal.h"
+#include "thread/thread.h"
 #include "io/hookapi.h"
 #include "debug/probes.h"
 
@@ -315,7 +315,7 @@ int fern_spawn(fern_thread **out, const fern_attr *attr, fern_fn fn, void *arg)
     t->joiner = NULL;
     t->keys = NULL;
     t->rdheld = NULL;
-    STORE_RELAXED(&t->id, next_id(w)); /* read by the deadlock watch (deadlock.c) */
+    STORE_RELAXED(&t->id, next_id(w)); /* read by the deadlock watch (watch/deadlock.c) */
     t->eh[0] = t->eh[1] = 0;
     name_copy(t, attr ? attr->name : NULL);
 #ifdef FERN_ASAN
@@ -621,7 +621,7 @@ void keys_run_dtors(struct keyval **pv)
     *pv = NULL;
 }
 
-/* fern-hook under ThreadSanitizer (hookapi.h). A hooked call reaches
+/* fern-hook under ThreadSanitizer (io/hookapi.h). A hooked call reaches
  * fern-hook through TSan's interceptor, and TSan's blocking interceptors
  * (usleep, poll, epoll_wait, ...) mark the calling fiber "in a blocking
  * call", which makes TSan ignore that fiber's atomics and nested
@@ -657,3 +657,9 @@ void fern__tsan_leave(void)
     __tsan_switch_to_fiber(f, 0);
 #endif
 }
+
+#if !ARCH_JUMP_RETURN
+/* Where switch.S has no jump_return trampolines (arch.h: ARCH_JUMP_RETURN),
+ * the public call is a plain call of its body. */
+int fern_join(fern_thread *t, void **ret) { return fern_join_body(t, ret); }
+#endif

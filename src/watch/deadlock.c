@@ -3,12 +3,12 @@
  * Deadlock reports, made by the monitor (monitor.c) every DL_SCAN_NS.
  * A scan walks every thread descriptor, so while workers run it is made
  * only when at least two green threads are parked in fern_mutex_lock
- * without a deadline (per-worker counts, sync.c): a cycle needs two. With
+ * without a deadline (per-worker counts, sync/mutex.c): a cycle needs two. With
  * a million parked threads a walk takes tens of milliseconds and holds the
  * chunk lock that spawning a thread may need.
  *
  * Mutex cycles. A green thread parked without a deadline in
- * fern_mutex_lock records the mutex in wait_what/wait_obj (sync.c). A scan
+ * fern_mutex_lock records the mutex in wait_what/wait_obj (sync/mutex.c). A scan
  * collects those threads, reads each mutex's owner, and follows owner ->
  * the mutex that owner waits for -> its owner ... A walk that comes back to
  * a thread it passed is a cycle: every thread in it waits for a mutex only
@@ -39,7 +39,7 @@
  * still wake someone, so then nothing is said. Reported once per episode
  * (until some thread runs again), also after two consecutive scans.
  */
-#include "internal.h"
+#include "watch/watch.h"
 
 #include <dirent.h>
 #include <errno.h>

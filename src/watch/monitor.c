@@ -31,7 +31,7 @@
  *     worker_stuck): what waits on it (ring, hand-off slot; pinned threads
  *     only if it sleeps in the kernel, see rescue_worker's call) moves to
  *     the cluster inbox, and if no worker of the cluster is free to run it,
- *     a compensation worker (a spare) is started (sched.c: spare_start; at
+ *     a compensation worker (a spare) is started (sched/spare.c: spare_start; at
  *     most SPARES_MAX per cluster, and RESCUE_SPARES_MAX more only for a
  *     thread rescued from a worker asleep in the kernel when every worker
  *     sleeps there: it may hold their lock; a spare ends itself after
@@ -53,7 +53,7 @@
  * The time slice is also the unit of "stuck" when preemption is off, so
  * compensation and timer rescue work either way.
  */
-#include "internal.h"
+#include "watch/watch.h"
 
 #include <time.h>
 

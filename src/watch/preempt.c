@@ -57,7 +57,7 @@
  * stuck and the monitor hands the list to the others (monitor.c).
  *
  * Signal: SIGURG by default (ignored by default, rarely used: out-of-band
- * socket data), FERN_PREEMPT_SIGNAL (a name or number, config.c) chooses
+ * socket data), FERN_PREEMPT_SIGNAL (a name or number, runtime/config.c) chooses
  * another. A signal that is not a tick of fern's timers (si_code SI_TIMER
  * with fern's cookie as its value) goes to the handler that was installed
  * before fern_init (a handler installed later replaces fern's until the
@@ -74,7 +74,7 @@
  * executable, where it cannot be told apart by address: preemption stays
  * off there (compensation still works). Off under Valgrind too.
  */
-#include "internal.h"
+#include "watch/watch.h"
 
 #include <fcntl.h>
 #include <link.h>
@@ -248,7 +248,7 @@ static bool pc_is_app(uintptr_t pc)
  * atomic. TSan cannot model that under fern-hook: a tick arriving inside an
  * intercepted blocking call (poll, epoll_wait) is run as the TSan fiber
  * that entered the call, while fern had switched the thread to its second
- * fiber inside it (fern__tsan_enter, thread.c), so TSan reported the
+ * fiber inside it (fern__tsan_enter, thread/thread.c), so TSan reported the
  * handler's errno and slice accesses against that same kernel thread's
  * other fiber; and a report raised inside the handler while TSan was
  * symbolising another deadlocked TSan on its thread registry lock (test_hook

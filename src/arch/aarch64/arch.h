@@ -66,7 +66,7 @@ static inline void *ctx_init(char *top, fern_thread *self)
     return (void *)sp;
 }
 
-/* The saved switch frame for debuggers (debugmap.c): not described yet
+/* The saved switch frame for debuggers (debug/debugmap.c): not described yet
  * (frame size 0). The map's frame fields name x86_64 registers, and
  * fern-gdb.py's walk of parked threads is x86_64-only (docs/platforms.md). */
 #define ARCH_DEBUG_FRAME .frame_size = 0
@@ -80,7 +80,7 @@ static inline uintptr_t arch_uc_sp(const void *uc)
     return (uintptr_t)((const ucontext_t *)uc)->uc_mcontext.sp;
 }
 
-/* ---- preemption (preempt.c, aarch64/preempt.S) ----
+/* ---- preemption (watch/preempt.c, aarch64/preempt.S) ----
  * The handler copies the kernel's signal frame below the interrupted sp
  * and points the context at fern_preempt_tramp, which yields and resumes
  * the interrupted point with rt_sigreturn on that copy (preempt.S says
@@ -137,8 +137,9 @@ static inline bool arch_preempt_redirect(void *ucv)
     return true;
 }
 
-/* switch.S has no jump_return wrappers: stack.c defines the public
- * blocking calls as plain calls of their bodies. */
+/* switch.S has no jump_return wrappers: the file of each body (sched/yield.c,
+ * thread/thread.c, sync/chan.c, sync/cond.c) defines the public blocking
+ * calls as plain calls of their bodies. */
 #define ARCH_JUMP_RETURN 0
 
 /* fern never enables the Guarded Control Stack (Arm's shadow stack), and

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Preemption trampoline for AArch64 (see src/preempt.c and arch.h).
+ * Preemption trampoline for AArch64 (see src/watch/preempt.c and arch.h).
  *
  * Resuming an arbitrary instruction with every register as it was needs a
  * branch that restores the last register too. AArch64 user code has none:

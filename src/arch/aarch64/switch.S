@@ -10,7 +10,8 @@
  * 176-byte frame on the current stack; stores sp in *save_sp, loads new_sp,
  * restores the same frame from it and returns `arg` in x0 on the new
  * context. x18 is not saved: Linux gives it no fixed role in user space, so
- * it is an ordinary temporary. No syscall, no signal-mask work.
+ * it is an ordinary temporary. No syscall, no signal-mask work (invariant 5,
+ * docs/design.md).
  *
  *   sp+0   x29 x30      sp+96   d8  d9
  *   sp+16  x19 x20      sp+112  d10 d11
@@ -111,7 +112,8 @@ fern_ctx_switch:
  * First code a green thread runs. x0 = the `arg` of the switch that started
  * it, x19 = its fern_thread. The return address column is undefined, so gdb,
  * perf and the C++ unwinder stop here: this is the bottom of the green
- * stack. Zero x29 ends frame-pointer walks the same way.
+ * stack (invariant 6, docs/design.md). Zero x29 ends frame-pointer walks
+ * the same way.
  */
         .globl  fern_ctx_entry
         .hidden fern_ctx_entry

@@ -67,14 +67,14 @@ static inline void *ctx_init(char *top, fern_thread *self)
     return (void *)sp;
 }
 
-/* The saved switch frame for debuggers (debugmap.c, gdb/fern-gdb.py):
+/* The saved switch frame for debuggers (debug/debugmap.c, gdb/fern-gdb.py):
  * fern_ctx_switch pushes rbp, rbx, r12..r15, then 8 bytes of MXCSR and x87
  * control word, below the return address of its call. */
 #define ARCH_DEBUG_FRAME                                                     \
     .frame_size = 64, .f_rip = 56, .f_rbp = 48, .f_rbx = 40, .f_r12 = 32,     \
     .f_r13 = 24, .f_r14 = 16, .f_r15 = 8
 
-/* ---- preemption (preempt.c, x86_64/preempt.S) ---- */
+/* ---- preemption (watch/preempt.c, x86_64/preempt.S) ---- */
 #define ARCH_PREEMPT 1
 
 /* Sized here, read by the trampoline (defined in preempt.S). */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Preemption trampoline for x86_64 (see src/preempt.c).
+ * Preemption trampoline for x86_64 (see src/watch/preempt.c).
  *
  * The signal handler never switches stacks. When the interrupted point is
  * safe it rewrites the saved context so that, once the handler has returned

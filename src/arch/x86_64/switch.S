@@ -7,8 +7,9 @@
  * Saves the callee-saved registers (rbp, rbx, r12-r15) plus MXCSR and the x87
  * control word on the current stack, stores the stack pointer in *save_sp,
  * loads new_sp and restores the same set from it, then returns `arg` in rax
- * on the new context. No syscall, no signal-mask work: the signal mask belongs
- * to the kernel thread, not to the green thread.
+ * on the new context. No syscall, no signal-mask work (invariant 5,
+ * docs/design.md): the signal mask belongs to the kernel thread, not to the
+ * green thread.
  *
  * A fresh context (made by ctx_init) has the same frame with the return
  * address pointing at fern_ctx_entry, rbx = the thread, r12 = the C entry.
@@ -95,7 +96,7 @@ fern_ctx_switch:
  * First code a green thread runs. rax = the `arg` of the switch that started
  * it, rbx = its fern_thread, r12 = thread_entry. The return address column is
  * undefined, so gdb, perf and the C++ unwinder stop here: this is the bottom
- * of the green stack.
+ * of the green stack (invariant 6, docs/design.md).
  */
         .globl  fern_ctx_entry
         .hidden fern_ctx_entry

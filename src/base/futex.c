@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Futex wait and wake on a private 32-bit word: how an OS thread (a plain
+ * thread blocked on a fern object, a sleeping worker) waits in the kernel.
+ * Deadlines are absolute CLOCK_MONOTONIC nanoseconds, fern_now_ns's clock.
+ */
+#include "base/base.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+int futex_wait(uint32_t *addr, uint32_t expect, int64_t deadline_ns)
+{
+    struct timespec ts, *tsp = NULL;
+    if (deadline_ns != FERN_FOREVER) {
+        ts.tv_sec = deadline_ns / 1000000000;
+        ts.tv_nsec = deadline_ns % 1000000000;
+        tsp = &ts;
+    }
+    /* FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC deadline. */
+    long r = syscall(SYS_futex, addr, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, expect, tsp, NULL,
+                     FUTEX_BITSET_MATCH_ANY);
+    return r == 0 ? 0 : errno;
+}
+
+void futex_wake(uint32_t *addr, int n)
+{
+    syscall(SYS_futex, addr, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, n, NULL, NULL, 0);
+}

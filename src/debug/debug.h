@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * debug/: what helps a person find a bug, for runtime/.
+ *   debug.c     fern_stats, fern_dump, signal chaining, the overflow report,
+ *               per-worker signal stacks
+ *   crash.c     the crash report and the dump-signal thread
+ *   debugmap.c  the layout a debugger reads (the gdb extension, gdb/)
+ *   probes.h    USDT probes
+ */
+#ifndef FERN_DEBUG_H
+#define FERN_DEBUG_H
+
+#include "io/io.h"
+#include "watch/watch.h"
+
+/* debugmap.c: what a debugger reads (see there) */
+struct fern_debug_map;
+extern const struct fern_debug_map fern_debug_map;
+
+/* debug.c */
+size_t fmt_u64(char *p, uint64_t v);
+size_t fmt_str(char *p, const char *s, size_t max);
+/* Hand a signal to the action `old` that was installed before fern's:
+ * its handler, or the default action (re-raised if the signal was sent). */
+void signal_chain(const struct sigaction *old, int sig, siginfo_t *si, void *uc);
+int signals_install(void);
+
+/* crash.c */
+void crash_report(int sig, const siginfo_t *si, const struct sigaction *old);
+int crash_start(void);
+void crash_stop(void);
+
+
+/* FERN_DUMP_SIGNAL's syntax (crash.c): the signal, 0 for none, -1 invalid. */
+int crash_signal_parse(const char *s);
+
+#endif

@@ -1,0 +1,145 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Clusters: starting and stopping a cluster's workers, its live-thread
+ * count, and the fern_cluster_* calls.
+ */
+#include "sched/sched.h"
+
+#include <stdlib.h>
+
+int cluster_start(struct fern_cluster **out, unsigned n)
+{
+    /* On a line of its own (aligned_alloc's size: a multiple of 64). */
+    size_t size =
+        (sizeof(struct fern_cluster) + (n + SPARES_MAX + RESCUE_SPARES_MAX) * sizeof(struct worker *) + 63) &
+        ~(size_t)63;
+    struct fern_cluster *c = aligned_alloc(64, size);
+    if (!c)
+        return ENOMEM;
+    memset(c, 0, size);
+    c->nworkers = n;
+    c->nbase = n;
+    for (unsigned i = 0; i < n; i++) {
+        struct worker *w = worker_new(c, i, n == 1);
+        if (!w) {
+            for (unsigned j = 0; j < i; j++)
+                worker_free(c->workers[j]);
+            free(c);
+            return ENOMEM;
+        }
+        c->workers[i] = w;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        int r = worker_launch(c->workers[i]);
+        if (r) {
+            STORE(&c->stopping, 1);
+            cluster_wake_all(c);
+            for (unsigned j = 0; j < i; j++)
+                pthread_join(c->workers[j]->os, NULL);
+            for (unsigned j = 0; j < n; j++)
+                worker_free(c->workers[j]);
+            free(c);
+            return EAGAIN;
+        }
+    }
+    pthread_mutex_lock(&rt.boot_lock);
+    c->next_cluster = rt.clusters;
+    rt.clusters = c;
+    rt.nclusters++;
+    rt.nworkers += n;
+    pthread_mutex_unlock(&rt.boot_lock);
+    *out = c;
+    return 0;
+}
+
+/* Threads belonging to c: those gained from outside plus what each of its
+ * workers gained (spawns) minus lost (exits, migrations away). Exact when no
+ * thread of c is being spawned or migrated at the moment of the call. */
+int64_t cluster_live(struct fern_cluster *c)
+{
+    int64_t n = LOAD_RELAXED(&c->live_ext);
+    unsigned nw = LOAD(&c->nworkers);
+    for (unsigned i = 0; i < nw; i++)
+        n += LOAD_RELAXED(&c->workers[i]->live_delta);
+    return n;
+}
+
+
+/* Stop and join c's workers and free it. Caller checked it is unused. */
+void cluster_stop(struct fern_cluster *c)
+{
+    STORE(&c->stopping, 1);
+    /* No spare starts after this: spare_start runs under boot_lock and
+     * checks `stopping`. */
+    pthread_mutex_lock(&rt.boot_lock);
+    pthread_mutex_unlock(&rt.boot_lock);
+    cluster_wake_all(c);
+    for (unsigned i = 0; i < c->nbase; i++)
+        pthread_join(c->workers[i]->os, NULL);
+    pthread_mutex_lock(&rt.boot_lock);
+    for (unsigned i = c->nbase; i < c->nworkers; i++) {
+        struct worker *w = c->workers[i];
+        if (LOAD(&w->spare) != SPARE_DORMANT) {
+            pthread_join(w->os, NULL);
+            STORE(&w->spare, SPARE_DORMANT);
+        }
+    }
+    pthread_mutex_unlock(&rt.boot_lock);
+    while (LOAD(&c->wakers))
+        sched_yield(); /* a waker is still inside cluster_wake(c) */
+    pthread_mutex_lock(&rt.boot_lock);
+    for (struct fern_cluster **p = &rt.clusters; *p; p = &(*p)->next_cluster)
+        if (*p == c) {
+            *p = c->next_cluster;
+            break;
+        }
+    rt.nclusters--;
+    rt.nworkers -= c->nbase;
+    for (unsigned i = 0; i < c->nworkers; i++) {
+        struct worker *w = c->workers[i];
+        rt.retired_spawned += w->n_spawned;
+        rt.retired_exited += w->n_exited;
+        rt.retired_bound += w->n_bound;
+        rt.retired_unbound += w->n_unbound;
+        rt.migrations += w->n_migrations;
+    }
+    pthread_mutex_unlock(&rt.boot_lock);
+    for (unsigned i = 0; i < c->nworkers; i++)
+        worker_free(c->workers[i]);
+    free(c->inbox.slot);
+    free(c);
+}
+
+int fern_cluster_create(fern_cluster **c, unsigned workers)
+{
+    if (!c || workers == 0 || workers > FERN_WORKERS_MAX)
+        return EINVAL;
+    int r = runtime_start("fern_cluster_create");
+    if (r)
+        return r;
+    return cluster_start(c, workers);
+}
+
+int fern_cluster_destroy(fern_cluster *c)
+{
+    if (!c || c == rt.dflt)
+        return EINVAL;
+    struct worker *w = worker_self();
+    if (w && w->cluster == c)
+        return EBUSY;
+    if (cluster_live(c) != 0)
+        return EBUSY;
+    cluster_stop(c);
+    return 0;
+}
+
+fern_cluster *fern_cluster_default(void) { return LOAD(&rt.running) ? rt.dflt : NULL; }
+
+fern_cluster *fern_current_cluster(void)
+{
+    fern_thread *t = thread_current();
+    return t ? t->cluster : NULL;
+}
+
+/* The workers asked for; compensation workers come and go (fern_stats). */
+unsigned fern_cluster_workers(const fern_cluster *c) { return c ? c->nbase : 0; }

@@ -1,0 +1,81 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The green thread's descriptor (struct fern_thread): what a switch, a
+ * queue, a waiter and fern_dump read of a thread. Allocated by thread/
+ * (thread/thread.c, in chunks), run by sched/.
+ */
+#ifndef FERN_SCHED_DESC_H
+#define FERN_SCHED_DESC_H
+
+#include "base/base.h"
+
+struct stack;
+struct waiter;
+struct keyval;
+struct rdheld;
+
+enum tstate {            /* for fern_dump */
+    T_NEW = 0, T_RUNNABLE, T_RUNNING, T_PARKED, T_EXITING,
+};
+enum tlife {             /* lifecycle flags, under tlock */
+    L_DETACHED = 1, L_EXITED = 2, L_JOINING = 4,
+};
+enum { A_FREE = 0, A_LIVE = 1 };
+
+/* 192 bytes in a release build, on a 64-byte boundary: three cache lines of
+ * its own (a descriptor spawned on one worker often runs and exits on
+ * another; two descriptors sharing a line made every such thread pull its
+ * neighbour's line across cores too). */
+struct fern_thread {
+    /* The first cache line holds what a switch and a queue touch, so a
+     * thread resumed on another core (a migration, a steal, a wake-up from
+     * elsewhere) costs one descriptor line in, not two. */
+    void *sp;                   /* saved stack pointer (NULL: not started) */
+    struct stack *stack;
+    struct fern_cluster *cluster;
+    fern_thread *link;          /* inbox / free list link */
+    int saved_errno;
+    uint32_t tlock;
+    uint32_t life;
+    uint8_t alloc;              /* A_FREE / A_LIVE */
+    uint8_t run_state;          /* enum tstate, relaxed, for fern_dump */
+    uint8_t stack_cls;
+    uint8_t rescued;            /* taken from a worker asleep in the kernel: not
+                                 * preempted until it next leaves the CPU
+                                 * (rescue_worker, watch/preempt.c) */
+    uintptr_t eh[2];            /* the C++ runtime's caught-exception state */
+    fern_fn fn;
+    void *arg;
+    void *result;
+    int64_t slice_carry;        /* watch/preempt.c: CPU time of its slice it had used
+                                 * when a woken thread preempted it (its slice
+                                 * goes on when it resumes), 0 otherwise */
+    uint64_t rescued_sw;        /* the worker's n_switches while it so runs */
+    const char *wait_what;      /* what it is parked on, for fern_dump */
+    const void *wait_obj;
+    struct waiter *joiner;
+    struct keyval *keys;
+    struct rdheld *rdheld;      /* read locks held (fern_rwlock), lazily allocated */
+    uint64_t id;
+    char name[32];
+    uint8_t wait_timed;         /* the park has a deadline (watch/deadlock.c) */
+#ifdef FERN_ASAN
+    void *asan_fake;
+#endif
+#ifdef FERN_TSAN
+    void *tsan_fiber;
+    void *tsan_other;           /* fern-hook's second fiber (thread/thread.c), or NULL */
+    uint32_t tsan_hook_depth;
+#endif
+} __attribute__((aligned(64)));
+_Static_assert(offsetof(struct fern_thread, fn) == 64, "a switch's fields fill the first line");
+
+/* Descriptors are allocated in chunks that live until shutdown; the list
+ * of chunks (rt.chunks) is the registry of all threads (see debug/debugmap.c). */
+#define THREAD_CHUNK 256u
+struct thread_chunk {
+    struct thread_chunk *next;
+    fern_thread t[THREAD_CHUNK];
+};
+
+#endif

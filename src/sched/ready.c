@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Making a thread runnable: a wake-up (sched_ready: into the waker's
+ * hand-off slot, or behind its queue: sched_ready_tail), a new thread
+ * (sched_spawned), and a thread moving to another cluster (fern_migrate).
+ */
+#include "sched/sched.h"
+#include "debug/probes.h"
+
+void sched_ready(fern_thread *t)
+{
+    struct worker *w = worker_self();
+    PROBE1(wake, t->id);
+    if (w && w->cluster == t->cluster) {
+        STORE_RELAXED(&t->run_state, T_RUNNABLE);
+        if (w->alone) {
+            /* No thieves, and this worker is awake: nobody to wake. */
+            fern_thread *old = LOAD_RELAXED(&w->next);
+            STORE_RELAXED(&w->next, t);
+            if (old)
+                runq_put(w, old);
+            return;
+        }
+        STORE_RELAXED(&w->n_handoffs, w->n_handoffs + 1);
+        fern_thread *old = __atomic_exchange_n(&w->next, t, __ATOMIC_SEQ_CST);
+        if (old)
+            runq_put(w, old);
+        /* An idle worker watches for a hand-off that waits too long behind
+         * a busy thread (see find_work); one spinner or one napping watcher
+         * (WATCH_NAP_NS) is enough. seq_cst loads: ordered after the
+         * exchange's store (see the header). */
+        struct fern_cluster *c = w->cluster;
+        if (__atomic_load_n(&c->nidle, __ATOMIC_SEQ_CST) &&
+            !__atomic_load_n(&c->nspinning, __ATOMIC_SEQ_CST) &&
+            !__atomic_load_n(&c->watching, __ATOMIC_SEQ_CST))
+            cluster_wake(c);
+        return;
+    }
+    inbox_push_wake(t->cluster, t);
+}
+
+/* Queue t behind the threads already queued on w (its ring, waking an idle
+ * worker to share the work) if w runs t's cluster, else on the cluster's
+ * inbox. */
+static void ready_last(struct worker *w, fern_thread *t)
+{
+    struct fern_cluster *c = t->cluster; /* before t is visible: it may migrate */
+    if (w && w->cluster == c) {
+        runq_put(w, t);
+        if (LOAD_RELAXED(&c->nidle))
+            cluster_wake(c);
+        return;
+    }
+    inbox_push_wake(c, t);
+}
+
+/* t is runnable again, after the threads already queued here (not in the
+ * hand-off slot): for a joiner woken by an exit, which would otherwise run
+ * next only to wait for the following thread. */
+void sched_ready_tail(fern_thread *t)
+{
+    PROBE1(wake, t->id);
+    ready_last(worker_self(), t);
+}
+
+
+/* A new thread, counted and made runnable: spawned by a worker of its
+ * cluster, in that worker's counts and onto its ring (or, from the idle
+ * context, the inbox); else onto the cluster's inbox, counted in live_ext
+ * by the push. */
+void sched_spawned(fern_thread *t)
+{
+    struct worker *w = worker_self();
+    struct fern_cluster *c = t->cluster;
+    if (unlikely(!w || w->cluster != c)) {
+        ADD_RELAXED(&rt.spawned_ext, 1);
+        inbox_push_gained(c, t);
+        return;
+    }
+    COUNT(&w->n_spawned, 1);
+    COUNT(&w->live_delta, 1);
+    ready_last(w->cur != &w->g0 ? w : NULL, t);
+}

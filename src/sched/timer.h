@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Timers (timer.c): a min-heap per worker, fired by its owner at ticks and
+ * in the idle loop. Used by every timed wait (sync/wait.c) and by fern_sleep.
+ */
+#ifndef FERN_SCHED_TIMER_H
+#define FERN_SCHED_TIMER_H
+
+#include "base/base.h"
+
+struct worker;
+
+struct timer {
+    int64_t deadline;
+    int32_t index;           /* in the heap, -1 when not queued */
+    struct worker *owner;    /* heap it sits in */
+    void (*fire)(struct timer *);
+};
+struct timer_heap {
+    uint32_t lock;
+    uint32_t n, cap;
+    struct timer **v;
+};
+void timer_add(struct worker *w, struct timer *t);
+void timer_cancel(struct timer *t);
+/* Fire expired timers; returns how many fired. */
+int timers_run(struct worker *w, int64_t now);
+/* Earliest deadline, FERN_FOREVER if none. */
+int64_t timers_next(struct worker *w);
+void timers_free(struct worker *w);
+
+
+/* Move every timer of `from` into `to`'s heap. */
+void timers_move(struct worker *from, struct worker *to);
+
+#endif

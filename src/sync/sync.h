@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * sync/: the blocking primitives, for io/, thread/ and the layers above.
+ *   wait.c     waiters, parkers, wait queues (wait.h)
+ *   bias.c     biased objects (bias.h)
+ *   mutex.c    fern_mutex
+ *   cond.c     fern_cond
+ *   sem.c      fern_sem
+ *   rwlock.c   fern_rwlock
+ *   barrier.c  fern_barrier
+ *   wg.c       fern_wg
+ *   once.c     fern_call_once
+ *   chan.c     fern_chan and fern_select
+ */
+#ifndef FERN_SYNC_H
+#define FERN_SYNC_H
+
+#include "sync/bias.h"
+#include "sync/wait.h"
+
+/* The C bodies of the public entry points that arch/<arch>/switch.S defines
+ * as jump_return trampolines where ARCH_JUMP_RETURN is 1 (same contract as
+ * the public function); elsewhere each file defines the public call as a
+ * plain call of its body. */
+int fern_chan_send_body(fern_chan *ch, const void *elem);
+int fern_chan_recv_body(fern_chan *ch, void *elem);
+int fern_cond_wait_body(fern_cond *c, fern_mutex *m);
+
+/* EBUSY while anyone waits on q (guarded by *lock, or plain). */
+static inline int queue_busy_p(bool plain, uint32_t *lock, const fern_waitq *q)
+{
+    qlock(plain, lock);
+    bool busy = !waitq_empty(q);
+    qunlock(plain, lock);
+    return busy ? EBUSY : 0;
+}
+
+
+/* ---- what sync/ needs from the layers above ---- */
+/* Under ThreadSanitizer the handler cannot redirect the thread (it gets a
+ * copy of the context): fern_mutex_lock and the channel operations call
+ * preempt_point() at their start, where the caller holds no fern lock, and
+ * yield there. Empty in other builds. */
+#ifdef FERN_TSAN
+void preempt_point_slow(struct worker *w);
+static inline void preempt_point(void)
+{
+    struct worker *w = worker_self();
+    if (w && LOAD_RELAXED(&w->preempt_soft) && w->cur != &w->g0)
+        preempt_point_slow(w);
+}
+#else
+static inline void preempt_point(void) {}
+#endif
+
+#endif

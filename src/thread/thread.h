@@ -1,0 +1,23 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * thread/: green threads' lifecycle (thread.c): descriptors and their
+ * allocator, spawn, exit, join, detach, names, thread-local keys, and the
+ * registry walked by fern_dump and the deadlock detector. For watch/,
+ * runtime/ and debug/.
+ */
+#ifndef FERN_THREAD_H
+#define FERN_THREAD_H
+
+#include "sync/sync.h"
+
+fern_thread *thread_alloc(struct worker *w);
+void thread_free(struct worker *w, fern_thread *t);
+void threads_fini(uint64_t *abandoned);
+void keys_run_dtors(struct keyval **vals);
+
+int fern_join_body(fern_thread *t, void **ret);
+/* fn(t) for every live thread (under the descriptor lock). */
+void threads_walk(void (*fn)(fern_thread *t, void *arg), void *arg);
+int threads_dump(FILE *f);
+
+#endif
