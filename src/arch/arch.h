@@ -35,8 +35,9 @@
  *                        0: no asynchronous preemption (docs/preemption.md)
  *
  * and its <arch>/switch.S defines fern_ctx_switch, fern_ctx_entry and
- * fern_ctx_start with the contracts below. Adding an architecture means a
- * directory here with those two files. Page size is not here: it is
+ * fern_ctx_start with the contracts below; <arch>/syscall.h has the raw
+ * system call fern-hook makes (syscall.h). Adding an architecture means a
+ * directory here with those files. Page size is not here: it is
  * read from sysconf at run time (stack/stack.c), never assumed.
  */
 #ifndef FERN_ARCH_H

@@ -165,10 +165,10 @@ bool io_sleep(struct worker *w, int64_t deadline)
     if (!io_active() || !CAS(&IO.poll_owner, &z, 1))
         return false;
     /* Dekker with cluster_wake: it clears sleep_word then reads in_epoll. */
-    STORE(&w->in_epoll, 1);
+    STORE(&w->idle.in_epoll, 1);
     full_fence();
-    if (!LOAD(&w->sleep_word)) {
-        STORE(&w->in_epoll, 0);
+    if (!LOAD(&w->idle.sleep_word)) {
+        STORE(&w->idle.in_epoll, 0);
         STORE(&IO.poll_owner, 0);
         return true;
     }
@@ -179,7 +179,7 @@ bool io_sleep(struct worker *w, int64_t deadline)
             timeout = 0;
     }
     io_poll_for(timeout, true);
-    STORE(&w->in_epoll, 0);
+    STORE(&w->idle.in_epoll, 0);
     STORE(&IO.poll_owner, 0);
     return true;
 }

@@ -20,19 +20,19 @@ void cluster_wake(struct fern_cluster *c)
     spin_lock(&c->idle_lock);
     for (unsigned i = 0; i < n; i++) {
         struct worker *v = c->workers[i];
-        if (v->idle_listed) {
-            v->idle_listed = 0;
+        if (v->idle.listed) {
+            v->idle.listed = 0;
             STORE_RELAXED(&c->nidle, c->nidle - 1);
-            STORE(&v->sleep_word, 0);
+            STORE(&v->idle.sleep_word, 0);
             pick = v;
             break;
         }
     }
     spin_unlock(&c->idle_lock);
     if (pick) {
-        futex_wake(&pick->sleep_word, 1);
+        futex_wake(&pick->idle.sleep_word, 1);
         full_fence(); /* sleep_word = 0 before reading in_epoll: see io_sleep */
-        if (LOAD(&pick->in_epoll))
+        if (LOAD(&pick->idle.in_epoll))
             io_wake();
     }
 }
@@ -43,12 +43,12 @@ void cluster_wake_all(struct fern_cluster *c)
     spin_lock(&c->idle_lock);
     for (unsigned i = 0; i < n; i++) {
         struct worker *v = c->workers[i];
-        if (v->idle_listed) {
-            v->idle_listed = 0;
+        if (v->idle.listed) {
+            v->idle.listed = 0;
             STORE_RELAXED(&c->nidle, c->nidle - 1);
         }
-        STORE(&v->sleep_word, 0);
-        futex_wake(&v->sleep_word, 1);
+        STORE(&v->idle.sleep_word, 0);
+        futex_wake(&v->idle.sleep_word, 1);
     }
     spin_unlock(&c->idle_lock);
     io_wake();
@@ -103,8 +103,8 @@ bool worker_sleep(struct worker *w, int64_t nap, bool *woken_out)
      * not asleep. */
     if (stack_trim_pending(w)) {
         int64_t now = fern_now_ns();
-        if (w->trim_idle || now >= w->trim_next) {
-            w->trim_next = now + TRIM_GAP_NS;
+        if (w->trim.idle || now >= w->trim.next) {
+            w->trim.next = now + TRIM_GAP_NS;
             if (stack_trim_some(w))
                 return false;
         } else {
@@ -112,11 +112,11 @@ bool worker_sleep(struct worker *w, int64_t nap, bool *woken_out)
         }
     }
     spin_lock(&c->idle_lock);
-    w->idle_listed = 1;
-    STORE_RELAXED(&w->sleep_word, 1);
+    w->idle.listed = 1;
+    STORE_RELAXED(&w->idle.sleep_word, 1);
     STORE_RELAXED(&c->nidle, c->nidle + 1);
     spin_unlock(&c->idle_lock);
-    STORE_RELAXED(&w->mon_idle, 1);
+    STORE_RELAXED(&w->mon.idle, 1);
     full_fence();
     if (!cluster_has_work(w)) {
         int64_t deadline = timers_next(w);
@@ -154,15 +154,15 @@ bool worker_sleep(struct worker *w, int64_t nap, bool *woken_out)
         }
         STORE_RELAXED(&w->n_sleeps, w->n_sleeps + 1);
         if (!io_sleep(w, deadline))
-            futex_wait(&w->sleep_word, 1, deadline);
+            futex_wait(&w->idle.sleep_word, 1, deadline);
     } else {
         linger_over = false;
     }
     bool woken;
     spin_lock(&c->idle_lock);
-    woken = !w->idle_listed;
-    if (w->idle_listed) {
-        w->idle_listed = 0;
+    woken = !w->idle.listed;
+    if (w->idle.listed) {
+        w->idle.listed = 0;
         STORE_RELAXED(&c->nidle, c->nidle - 1);
     }
     spin_unlock(&c->idle_lock);
@@ -171,7 +171,7 @@ bool worker_sleep(struct worker *w, int64_t nap, bool *woken_out)
      * sleep that ended late because the kernel ran something else instead
      * does not count. */
     if (!woken && fern_now_ns() >= trim_at)
-        w->trim_idle = true;
+        w->trim.idle = true;
     *woken_out = woken;
     monitor_worker_busy(w);
     /* A spare ends only if nobody picked it and, after it unlisted itself
@@ -187,17 +187,17 @@ static void worker_kick(struct worker *v)
     struct fern_cluster *c = v->cluster;
     bool listed;
     spin_lock(&c->idle_lock);
-    listed = v->idle_listed;
+    listed = v->idle.listed;
     if (listed) {
-        v->idle_listed = 0;
+        v->idle.listed = 0;
         STORE_RELAXED(&c->nidle, c->nidle - 1);
-        STORE(&v->sleep_word, 0);
+        STORE(&v->idle.sleep_word, 0);
     }
     spin_unlock(&c->idle_lock);
     if (listed) {
-        futex_wake(&v->sleep_word, 1);
+        futex_wake(&v->idle.sleep_word, 1);
         full_fence(); /* as in cluster_wake */
-        if (LOAD(&v->in_epoll))
+        if (LOAD(&v->idle.in_epoll))
             io_wake();
     }
 }

@@ -11,7 +11,6 @@
 #include "sched/tqueue.h"
 #include "sched/worker.h"
 
-void cluster_wake(struct fern_cluster *c);
 bool inbox_room(struct inbox *q, uint32_t m);
 void inbox_push_front(struct inbox *q, fern_thread *head, fern_thread *tail, uint32_t m);
 fern_thread *inbox_pop(struct inbox *q);

@@ -175,7 +175,6 @@ void fern_yield_body(void);
 
 int cluster_start(struct fern_cluster **out, unsigned nworkers);
 void cluster_stop(struct fern_cluster *c);
-void cluster_wake(struct fern_cluster *c);
 void inbox_push_wake(struct fern_cluster *c, fern_thread *t);
 
 /* A compensation worker's life (worker.spare). Started by the monitor
@@ -208,13 +207,7 @@ bool worker_has_queued(struct worker *v);
 struct worker *worker_new(struct fern_cluster *c, unsigned index, bool alone);
 void worker_free(struct worker *w);
 int worker_launch(struct worker *w);
-/* idle.c */
-void cluster_wake_all(struct fern_cluster *c);
-bool worker_sleep(struct worker *w, int64_t nap, bool *woken_out);
-/* steal.c */
-bool any_next(struct worker *w);
-fern_thread *next_steal(struct worker *v);
-fern_thread *find_work(struct worker *w);
+/* idle.c and steal.c: idle.h, steal.h */
 
 /* ---- what the scheduler needs from the layers above ---- */
 
@@ -234,8 +227,8 @@ extern uint32_t monitor_sleeping __attribute__((visibility("hidden")));
 /* A worker leaving its sleep: the monitor must be awake while it is busy. */
 static inline void monitor_worker_busy(struct worker *w)
 {
-    STORE_RELAXED(&w->mon_idle, 0);
-    full_fence(); /* mon_idle = 0 before reading monitor_sleeping: see watch/monitor.c */
+    STORE_RELAXED(&w->mon.idle, 0);
+    full_fence(); /* mon.idle = 0 before reading monitor_sleeping: see watch/monitor.c */
     if (LOAD_RELAXED(&monitor_sleeping))
         monitor_kick();
 }

@@ -39,10 +39,10 @@ int spare_start(struct fern_cluster *c, bool rescue)
     }
     if (c->nbase == 1)
         ring_share(c->workers[0]); /* the spare steals from it */
-    STORE_RELAXED(&w->mon_idle, 0);
+    STORE_RELAXED(&w->mon.idle, 0);
     STORE(&w->spare, SPARE_RUNNING);
     if (worker_launch(w)) {
-        STORE_RELAXED(&w->mon_idle, 1);
+        STORE_RELAXED(&w->mon.idle, 1);
         STORE(&w->spare, SPARE_DORMANT);
         return EAGAIN;
     }

@@ -60,9 +60,9 @@ void sched_dump_clusters(FILE *f)
             /* How long the running thread has run: since the monitor first
              * saw this worker's switch count (its tick is the resolution). */
             fern_thread *cur = LOAD_RELAXED(&w->cur);
-            if (cur && cur != &w->g0 && !LOAD_RELAXED(&w->mon_idle)) {
-                int64_t since = LOAD_RELAXED(&w->mon_since);
-                bool same = LOAD_RELAXED(&w->mon_switches) == LOAD_RELAXED(&w->n_switches);
+            if (cur && cur != &w->g0 && !LOAD_RELAXED(&w->mon.idle)) {
+                int64_t since = LOAD_RELAXED(&w->mon.since);
+                bool same = LOAD_RELAXED(&w->mon.switches) == LOAD_RELAXED(&w->n_switches);
                 if (same && since)
                     fprintf(f, ", running thread %llu for %lld ms", (unsigned long long)cur->id,
                             (long long)((fern_now_ns() - since) / 1000000));

@@ -65,9 +65,9 @@ bool any_next(struct worker *w)
  * every stolen thread ended and they took under STEAL_SHORT_NS each
  * (migration included), stealing them did not pay. It then backs off for
  * threads that have never run: at most one per steal, at most one per
- * steal_wait, which doubles from STEAL_WAIT_MIN to STEAL_WAIT_MAX while the
+ * steal.wait, which doubles from STEAL_WAIT_MIN to STEAL_WAIT_MAX while the
  * steals stay short. A steal whose threads all ended in under twice that
- * halves steal_wait (to none below STEAL_WAIT_MIN), so that a few such
+ * halves steal.wait (to none below STEAL_WAIT_MIN), so that a few such
  * steals in a row, not one, end the back-off: a backed-off steal takes one
  * thread, and its time carries the whole cost of moving it, which on a
  * Sapphire Rapids VM was 600-1,000 ns for a third of the trivial threads of
@@ -94,12 +94,12 @@ static int64_t switch_age(struct worker *w, struct worker *v, int64_t now)
 {
     unsigned i = v->index % WATCH_MAX;
     uint64_t sw = LOAD_RELAXED(&v->n_switches);
-    if (sw != w->watch_sw[i] || !w->watch_at[i]) {
-        w->watch_sw[i] = sw;
-        w->watch_at[i] = now;
+    if (sw != w->watch.sw[i] || !w->watch.at[i]) {
+        w->watch.sw[i] = sw;
+        w->watch.at[i] = now;
         return 0;
     }
-    return now - w->watch_at[i];
+    return now - w->watch.at[i];
 }
 
 /* The thread at the head of v's ring has never run. A hint: the slot and the
@@ -117,40 +117,41 @@ static bool steal_head_fresh(struct worker *v)
 /* On entering the idle loop: judge the last steal (see above). */
 static void steal_judge(struct worker *w)
 {
-    int64_t per = (fern_now_ns() - w->steal_at) / w->stolen_n;
-    bool ended = w->n_exited - w->steal_exited >= w->stolen_n;
+    int64_t per = (fern_now_ns() - w->steal.at) / w->steal.stolen_n;
+    bool ended = w->n_exited - w->steal.exited >= w->steal.stolen_n;
     if (ended && per < STEAL_SHORT_NS)
-        w->steal_wait = w->steal_wait ? (w->steal_wait < STEAL_WAIT_MAX / 2 ? w->steal_wait * 2 : STEAL_WAIT_MAX)
+        w->steal.wait = w->steal.wait ? (w->steal.wait < STEAL_WAIT_MAX / 2 ? w->steal.wait * 2
+                                                                            : STEAL_WAIT_MAX)
                                       : STEAL_WAIT_MIN;
-    else if (ended && per < 2 * STEAL_SHORT_NS && w->steal_wait > STEAL_WAIT_MIN)
-        w->steal_wait /= 2;
+    else if (ended && per < 2 * STEAL_SHORT_NS && w->steal.wait > STEAL_WAIT_MIN)
+        w->steal.wait /= 2;
     else
-        w->steal_wait = 0;
-    w->stolen_n = 0;
+        w->steal.wait = 0;
+    w->steal.stolen_n = 0;
 }
 
 /* Steal from the other workers of w's cluster, the back-off applied: while
- * backed off, at most one never-run thread per steal_wait since the last
+ * backed off, at most one never-run thread per steal.wait since the last
  * steal, unless its worker has been running one thread for STEAL_STALL_NS.
  * Then what waits behind that thread is taken as usual (half the ring),
  * however short: the back-off is for a spawner that will run its threads
  * itself in a moment, not for threads stuck behind a long computation. */
 static fern_thread *steal_some(struct worker *w, struct fern_cluster *c, unsigned nw)
 {
-    int64_t now = w->steal_wait ? fern_now_ns() : 0;
+    int64_t now = w->steal.wait ? fern_now_ns() : 0;
     fern_thread *t = NULL;
     for (unsigned i = 1; i < nw && !t; i++) {
         struct worker *v = c->workers[(w->index + i) % nw];
         uint32_t max = RUNQ_SIZE, got = 0;
-        if (w->steal_wait && steal_head_fresh(v) && switch_age(w, v, now) < STEAL_STALL_NS) {
-            if (now < w->steal_at + w->steal_wait)
+        if (w->steal.wait && steal_head_fresh(v) && switch_age(w, v, now) < STEAL_STALL_NS) {
+            if (now < w->steal.at + w->steal.wait)
                 continue;
             max = 1;
         }
         if ((t = runq_steal(w, v, max, &got)) != NULL) {
-            w->steal_at = now ? now : fern_now_ns();
-            w->stolen_n = got;
-            w->steal_exited = w->n_exited;
+            w->steal.at = now ? now : fern_now_ns();
+            w->steal.stolen_n = got;
+            w->steal.exited = w->n_exited;
         }
     }
     return t;
@@ -195,8 +196,8 @@ static bool handoffs_moved(struct worker *w, struct fern_cluster *c)
     for (unsigned i = 0; i < nwatch; i++) {
         struct worker *v = c->workers[i];
         uint32_t h = LOAD_RELAXED(&v->n_handoffs);
-        if (v != w && !v->alone && h != w->watch_ho[i]) {
-            w->watch_ho[i] = h;
+        if (v != w && !v->alone && h != w->watch.ho[i]) {
+            w->watch.ho[i] = h;
             moved = true;
         }
     }
@@ -244,7 +245,7 @@ fern_thread *find_work(struct worker *w)
     bool spinning = false;
     int64_t gap = SPIN_GAP_MIN_NS; /* between a spinner's looks */
     fern_thread *t = NULL;
-    if (w->stolen_n)
+    if (w->steal.stolen_n)
         steal_judge(w);
     for (;;) {
         run_after(w);
@@ -317,6 +318,6 @@ fern_thread *find_work(struct worker *w)
     if (spinning)
         __atomic_fetch_sub(&c->nspinning, 1, __ATOMIC_SEQ_CST);
     if (t)
-        w->trim_idle = false;
+        w->trim.idle = false;
     return t;
 }

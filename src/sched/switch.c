@@ -249,14 +249,14 @@ static void after_pin(struct worker *w, fern_thread *prev, void *arg)
  * slice, or per wake-up beside a busy thread), so first the worker's due
  * timers and the inbox get a look: a thread a timer woke must not wait
  * behind pinned spinners for the 61-tick inbox check. A thread preempted
- * for a woken one before its slice ended (w->pin_front, watch/preempt.c) goes to
- * the front of the pinned list: it resumes as soon as the woken threads
- * park, and its slice goes on. */
+ * for a woken one before its slice ended (w->preempt.pin_front,
+ * watch/preempt.c) goes to the front of the pinned list: it resumes as soon
+ * as the woken threads park, and its slice goes on. */
 void sched_yield_pinned(struct worker *w)
 {
     fern_thread *cur = w->cur;
-    bool front = w->pin_front;
-    w->pin_front = 0;
+    bool front = w->preempt.pin_front;
+    w->preempt.pin_front = 0;
     if (LOAD_RELAXED(&w->timers.n))
         timers_run(w, fern_now_ns());
     fern_thread *next = inbox_pop(&w->cluster->inbox);

@@ -64,7 +64,7 @@ static void *worker_main(void *arg)
     altstack_free(w);
     fern_tls_worker_ = NULL;
     STORE_RELAXED(&w->tid, 0); /* the monitor skips a worker without a kernel thread */
-    STORE_RELAXED(&w->mon_idle, 1);
+    STORE_RELAXED(&w->mon.idle, 1);
     if (w->spare)
         STORE(&w->spare, SPARE_EXITED);
     return NULL;

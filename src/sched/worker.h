@@ -15,8 +15,12 @@
  *  waiter    one blocked party (green thread or OS thread) on one wait queue
  *            or timer; woken exactly once by a CAS on its state (sync/wait.h).
  *
- * struct worker's fields are grouped by the concept that owns them; each
- * group names the file that reads and writes it. Everything a debugger
+ * struct worker is the scheduler's core (the running thread, the hand-off
+ * slot, the ring, the after action, the caches, the counters) plus one part
+ * per concept that keeps state on each worker, each defined beside its
+ * concept: struct worker_idle and worker_trim (idle.h), worker_steal and
+ * worker_watch (steal.h), worker_mon and worker_preempt (watch/parts.h, a
+ * leaf header of types only, so that sched/ need not include watch/). Everything a debugger
  * reads of these structs is exported by debug/debugmap.c.
  */
 #ifndef FERN_SCHED_WORKER_H
@@ -25,12 +29,14 @@
 #include "base/base.h"
 #include "base/config.h"
 #include "sched/desc.h"
+#include "sched/idle.h"
+#include "sched/steal.h"
 #include "sched/timer.h"
 #include "stack/stack.h"
+#include "watch/parts.h"
 
 #define RUNQ_SIZE 4096u
 #define NEXT_STREAK_MAX 32u
-#define WATCH_MAX 64u /* other workers an idle worker watches (switch_age) */
 
 typedef void (*after_fn)(struct worker *w, fern_thread *prev, void *arg);
 
@@ -91,10 +97,7 @@ struct worker {
     uint32_t rq_tail;
     fern_thread *rq[RUNQ_SIZE];
     struct timer_heap timers;
-    /* idle protocol */
-    uint32_t sleep_word;        /* 1 while listed idle; waker stores 0 + wakes */
-    uint32_t idle_listed;       /* under cluster->idle_lock */
-    uint32_t in_epoll;          /* sleeping in epoll_wait as the poll owner */
+    struct worker_idle idle;    /* idle.c: the idle protocol */
     fern_thread g0;             /* the kernel thread's own context */
     uintptr_t *eh;              /* this kernel thread's C++ exception globals, or NULL */
     int *errno_loc;             /* this kernel thread's errno */
@@ -109,19 +112,9 @@ struct worker {
     uint64_t n_switches, n_steals, n_sleeps;
     uint32_t n_handoffs;        /* hand-offs into `next`, read by a watcher
                                  * (steal.c, WATCH_NAP_NS) as n_switches is */
-    /* stealing threads that never ran (steal.c: STEAL_SHORT_NS) */
-    int64_t steal_at;           /* when the last steal's threads were taken */
-    uint32_t stolen_n;          /* how many, 0 once judged */
-    uint64_t steal_exited;      /* n_exited then */
-    int64_t steal_wait;         /* back-off between steals of fresh threads, 0: none */
-    /* trimming pooled stacks (idle.c: TRIM_IDLE_NS) */
-    int64_t trim_next;          /* no batch before this unless trim_idle */
-    bool trim_idle;             /* slept TRIM_IDLE_NS unwoken, no work found since */
-    /* what this worker, idle, last saw of worker i (index % WATCH_MAX):
-     * its n_switches, and when it first saw that count (steal.c: switch_age) */
-    uint64_t watch_sw[WATCH_MAX];
-    int64_t watch_at[WATCH_MAX];
-    uint32_t watch_ho[WATCH_MAX]; /* and its n_handoffs (handoffs_moved) */
+    struct worker_steal steal;  /* steal.c: stealing threads that never ran */
+    struct worker_trim trim;    /* idle.c: trimming pooled stacks */
+    struct worker_watch watch;  /* steal.c: what it last saw of the others */
     uint64_t n_migrations;          /* fern_migrate calls that moved, from here */
     uint64_t n_spawned, n_exited;   /* threads spawned / ended on this worker */
     uint64_t n_bound, n_unbound;    /* stacks bound / released here */
@@ -129,33 +122,8 @@ struct worker {
     int64_t mutex_parked_delta;     /* green threads parked in fern_mutex_lock without a
                                      * deadline, counted where they park and resume */
     uint64_t n_preempts, n_preempts_deferred; /* watch/preempt.c, written in the handler */
-    /* monitor (watch/monitor.c): the worker clears mon_idle when it leaves its
-     * sleep and then wakes the monitor if that sleeps; the monitor's own
-     * view of the worker ("which switch, seen since when") is mon_*. */
-    uint32_t mon_idle;
-    uint64_t mon_switches;
-    int64_t mon_since;
-    int64_t mon_cpu;            /* the kernel thread's CPU time at mon_since */
-    int64_t mon_req_cpu;        /* its CPU time at the first preemption request, or 0 */
-    int64_t mon_asleep;         /* when the monitor first saw it asleep in the kernel
-                                 * at this switch count, at every look since; 0 */
-    /* preemption (watch/preempt.c): a timer on this kernel thread's CPU clock
-     * signals it every tick of CPU it uses; the handler keeps the running
-     * thread's slice. Handler and owner only. */
-    timer_t preempt_timer;
-    bool preempt_timed;         /* preempt_timer exists */
-    uint32_t pin_front;         /* the preempted thread's slice is not over:
-                                 * it resumes first (sched_yield_pinned) */
-    uint64_t slice_sw;          /* n_switches when the slice was stamped, or SLICE_NONE */
-    int64_t slice_start;        /* CPU time at which the running slice began */
-    int64_t slice_next;         /* CPU time of the last preemption: where the
-                                 * next thread's slice begins, 0 if unknown */
-    uint32_t preempt_nudged;    /* the monitor sent a tick (preempt_nudge) */
-    uint64_t defer_sw;          /* n_switches of the handler's last deferral */
-    uint32_t defer_n;           /* deferrals in a row at that switch count */
-    int64_t defer_cpu0;         /* CPU time of the first of them */
-    int64_t defer_cpu;          /* CPU time of the last of them */
-    uint32_t preempt_soft;      /* ThreadSanitizer: yield at the next preempt_point */
+    struct worker_mon mon;      /* watch/monitor.c: the monitor's view */
+    struct worker_preempt preempt; /* watch/preempt.c: the CPU-time tick */
     /* threads preempted here, resumed here (not stealable); rescue_worker
      * moves them only when the worker is stuck (see watch/monitor.c) */
     struct tqueue pinned;

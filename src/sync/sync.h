@@ -46,7 +46,7 @@ void preempt_point_slow(struct worker *w);
 static inline void preempt_point(void)
 {
     struct worker *w = worker_self();
-    if (w && LOAD_RELAXED(&w->preempt_soft) && w->cur != &w->g0)
+    if (w && LOAD_RELAXED(&w->preempt.soft) && w->cur != &w->g0)
         preempt_point_slow(w);
 }
 #else

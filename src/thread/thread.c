@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Green thread lifecycle: spawn, run, exit, join, detach; ids, names,
- * green-thread-local keys.
+ * Green thread lifecycle: spawn, run, exit, join, detach; ids, names
+ * (green-thread-local keys: keys.c).
  *
  * Descriptors come from chunks of THREAD_CHUNK descriptors (never returned to
  * malloc until shutdown), cached per worker, so spawn is a pop from a list
@@ -19,12 +19,10 @@
  * Memory ordering. A descriptor's alloc is stored A_LIVE with release after
  * every field is initialised and A_FREE with release when it is retired;
  * join, detach and fern_dump load it with acquire before trusting other
- * fields. life and joiner are under tlock. Key slots: the destructor is
- * stored (relaxed) before the word with its generation (release), and
- * readers load the word with acquire before the destructor. next_id is a
- * relaxed fetch_add: ids need only be unique. name bytes, wait notes,
- * run_state, cluster and stack_cls are relaxed: read for display
- * (fern_dump) or by the thread itself.
+ * fields. life and joiner are under tlock. next_id is a relaxed
+ * fetch_add: ids need only be unique. name bytes, wait notes, run_state,
+ * cluster and stack_cls are relaxed: read for display (fern_dump) or by
+ * the thread itself.
  */
 #include "thread/thread.h"
 #include "io/hookapi.h"
@@ -42,14 +40,6 @@
 
 #define THREAD_CACHE_MAX 4096u
 
-struct keyval {
-    uint32_t gen;
-    void *v;
-};
-
-void sched_exit(after_fn fn, void *arg) __attribute__((noreturn));
-void sched_spawned(fern_thread *t);
-void sched_after_switch(void);
 
 /* ------------------------------------------------------------------------ */
 /* Descriptors                                                               */
@@ -492,133 +482,6 @@ const char *fern_thread_name(const fern_thread *t)
     if (!t)
         t = thread_current();
     return t ? t->name : "";
-}
-
-/* ------------------------------------------------------------------------ */
-/* Green-thread-local keys                                                   */
-/* ------------------------------------------------------------------------ */
-
-/* A key is (generation << 8 | slot). A slot's word is (generation << 1 |
- * in-use); deleting and re-creating a key bumps the generation, so values
- * stored under the old key read as unset. */
-static struct {
-    uint32_t lock;
-    uint32_t word[FERN_KEYS_MAX];
-    void (*dtor[FERN_KEYS_MAX])(void *);
-} K;
-
-static __thread struct keyval *plain_keys;
-static pthread_key_t plain_pkey;
-static pthread_once_t plain_once = PTHREAD_ONCE_INIT;
-
-static void plain_keys_exit(void *p)
-{
-    struct keyval *v = p;
-    plain_keys = NULL;
-    keys_run_dtors(&v);
-}
-
-static void plain_once_init(void) { pthread_key_create(&plain_pkey, plain_keys_exit); }
-
-int fern_key_create(fern_key *key, void (*dtor)(void *))
-{
-    if (!key)
-        return EINVAL;
-    spin_lock(&K.lock);
-    for (unsigned i = 0; i < FERN_KEYS_MAX; i++) {
-        uint32_t w = K.word[i];
-        if (w & 1)
-            continue;
-        uint32_t gen = ((w >> 1) + 1) & 0xffffff;
-        if (gen == 0)
-            gen = 1;
-        STORE_RELAXED(&K.dtor[i], dtor);
-        STORE(&K.word[i], gen << 1 | 1);
-        spin_unlock(&K.lock);
-        *key = gen << 8 | i;
-        return 0;
-    }
-    spin_unlock(&K.lock);
-    return EAGAIN;
-}
-
-static bool key_valid(fern_key key)
-{
-    unsigned i = key & 0xff;
-    return i < FERN_KEYS_MAX && LOAD(&K.word[i]) == ((key >> 8) << 1 | 1);
-}
-
-int fern_key_delete(fern_key key)
-{
-    unsigned i = key & 0xff;
-    spin_lock(&K.lock);
-    if (!key_valid(key)) {
-        spin_unlock(&K.lock);
-        return EINVAL;
-    }
-    STORE(&K.word[i], K.word[i] & ~1u);
-    spin_unlock(&K.lock);
-    return 0;
-}
-
-static struct keyval **keys_slot(void)
-{
-    fern_thread *t = thread_current();
-    return t ? &t->keys : &plain_keys;
-}
-
-void *fern_getspecific(fern_key key)
-{
-    if (!key_valid(key))
-        return NULL;
-    struct keyval *v = *keys_slot();
-    unsigned i = key & 0xff;
-    return v && v[i].gen == key >> 8 ? v[i].v : NULL;
-}
-
-int fern_setspecific(fern_key key, const void *value)
-{
-    if (!key_valid(key))
-        return EINVAL;
-    struct keyval **slot = keys_slot();
-    if (!*slot) {
-        struct keyval *v = calloc(FERN_KEYS_MAX, sizeof *v);
-        if (!v)
-            return ENOMEM;
-        *slot = v;
-        if (slot == &plain_keys) {
-            pthread_once(&plain_once, plain_once_init);
-            pthread_setspecific(plain_pkey, v);
-        }
-    }
-    unsigned i = key & 0xff;
-    (*slot)[i].gen = key >> 8;
-    (*slot)[i].v = (void *)value;
-    return 0;
-}
-
-void keys_run_dtors(struct keyval **pv)
-{
-    struct keyval *v = *pv;
-    for (int round = 0; round < 4; round++) {
-        bool again = false;
-        for (unsigned i = 0; i < FERN_KEYS_MAX; i++) {
-            if (!v[i].v)
-                continue;
-            uint32_t w = LOAD(&K.word[i]);
-            void (*d)(void *) = LOAD_RELAXED(&K.dtor[i]);
-            void *val = v[i].v;
-            v[i].v = NULL;
-            if ((w & 1) && (w >> 1) == v[i].gen && d) {
-                d(val);
-                again = true;
-            }
-        }
-        if (!again)
-            break;
-    }
-    free(v);
-    *pv = NULL;
 }
 
 /* fern-hook under ThreadSanitizer (io/hookapi.h). A hooked call reaches

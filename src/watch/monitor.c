@@ -5,7 +5,7 @@
  *
  * What it reads. Each worker already writes, at every switch, which thread
  * runs (w->cur) and a switch count (w->n_switches). The monitor stamps each
- * count it has not seen before with the time it first saw it (mon_since):
+ * count it has not seen before with the time it first saw it (mon.since):
  * "which thread, since when" at the resolution of one tick, with nothing
  * added to the switch path. (A timestamp written by the worker would cost a
  * clock read per switch; the count is free.)
@@ -17,7 +17,7 @@
  *     sleepers; fired threads go to the cluster's inbox and wake an idle
  *     worker;
  *   - notes, once a thread has kept it for a slice with other threads
- *     waiting, the worker's CPU time (mon_req_cpu). Preemption itself is
+ *     waiting, the worker's CPU time (mon.req_cpu). Preemption itself is
  *     done by the worker's own CPU-time tick (preempt.c), not by the
  *     monitor: a monitor that waits for a CPU on a loaded machine does not
  *     delay it;
@@ -42,8 +42,8 @@
  * pending.
  *
  * Sleeping without losing a wake-up: the monitor stores monitor_sleeping = 1,
- * issues a full fence and checks every worker's mon_idle; it futex-waits only
- * if all are idle. A worker leaving its sleep stores mon_idle = 0, issues a
+ * issues a full fence and checks every worker's mon.idle; it futex-waits only
+ * if all are idle. A worker leaving its sleep stores mon.idle = 0, issues a
  * full fence and reads monitor_sleeping (monitor_worker_busy); if set, it
  * wakes the monitor. With both fences one of the two sees the other's store.
  * A worker that starts busy announces itself the same way. So an idle
@@ -99,12 +99,12 @@ static int64_t thread_cpu_ns(int tid)
 static bool worker_asleep(struct worker *w, int64_t now)
 {
     if (!task_sleeping(LOAD_RELAXED(&w->tid))) {
-        w->mon_asleep = 0;
+        w->mon.asleep = 0;
         return false;
     }
-    if (!w->mon_asleep)
-        w->mon_asleep = now;
-    return now - w->mon_asleep >= M.tick_ns;
+    if (!w->mon.asleep)
+        w->mon.asleep = now;
+    return now - w->mon.asleep >= M.tick_ns;
 }
 
 /* A worker that has kept one thread for two slices of wall time is stuck
@@ -125,16 +125,16 @@ static bool worker_stuck(struct worker *w, uint64_t sw, int64_t now, bool *aslee
     if (!cpu)
         return false; /* its clock is unreadable: no proof */
     /* With preemption on: work has waited while the worker ran another
-     * slice of CPU, and the thread has run two slices of CPU (mon_cpu is
+     * slice of CPU, and the thread has run two slices of CPU (mon.cpu is
      * read at most a tick after its switch), each at least 10 ms. Its own
      * tick preempts it after one slice plus one kernel tick of CPU (4 ms
      * at HZ=250, 10 ms at HZ=100), so only code preemption cannot
      * interrupt gets here, whatever the load: both bounds are in the
      * worker's CPU time. */
     if (M.preempt)
-        return w->mon_req_cpu && cpu - w->mon_req_cpu >= M.stuck_cpu_ns / 2 &&
-               cpu - w->mon_cpu >= M.stuck_cpu_ns;
-    return !w->mon_cpu || cpu - w->mon_cpu >= M.stuck_cpu_ns;
+        return w->mon.req_cpu && cpu - w->mon.req_cpu >= M.stuck_cpu_ns / 2 &&
+               cpu - w->mon.cpu >= M.stuck_cpu_ns;
+    return !w->mon.cpu || cpu - w->mon.cpu >= M.stuck_cpu_ns;
 }
 
 /* A worker counts only while it is one: base workers, and running spares. */
@@ -154,9 +154,9 @@ static bool watch_cluster(struct fern_cluster *c, int64_t now)
         if (!worker_live(c, i))
             continue;
         nlive++;
-        if (LOAD_RELAXED(&w->mon_idle)) {
+        if (LOAD_RELAXED(&w->mon.idle)) {
             nfree++;
-            STORE_RELAXED(&w->mon_since, 0);
+            STORE_RELAXED(&w->mon.since, 0);
             continue;
         }
         busy = true;
@@ -165,25 +165,25 @@ static bool watch_cluster(struct fern_cluster *c, int64_t now)
              * machine that can take a while): it looks at the inbox first
              * thing, so it counts as free, never as stuck. */
             nfree++;
-            STORE_RELAXED(&w->mon_since, 0);
+            STORE_RELAXED(&w->mon.since, 0);
             continue;
         }
         uint64_t sw = LOAD_RELAXED(&w->n_switches);
-        if (sw != w->mon_switches || !w->mon_since) {
-            /* mon_cpu before mon_switches (release): the handler takes
+        if (sw != w->mon.switches || !w->mon.since) {
+            /* mon.cpu before mon.switches (release): the handler takes
              * it as the start of a slice it had not stamped itself. */
-            STORE_RELAXED(&w->mon_cpu, thread_cpu_ns(LOAD_RELAXED(&w->tid)));
-            __atomic_store_n(&w->mon_switches, sw, __ATOMIC_RELEASE);
-            STORE_RELAXED(&w->mon_since, now);
-            w->mon_req_cpu = 0;
-            w->mon_asleep = 0;
+            STORE_RELAXED(&w->mon.cpu, thread_cpu_ns(LOAD_RELAXED(&w->tid)));
+            __atomic_store_n(&w->mon.switches, sw, __ATOMIC_RELEASE);
+            STORE_RELAXED(&w->mon.since, now);
+            w->mon.req_cpu = 0;
+            w->mon.asleep = 0;
             continue;
         }
         if (LOAD_RELAXED(&w->cur) == &w->g0) {
             nfree++; /* in its idle path: it serves its own queues */
             continue;
         }
-        int64_t ran = now - w->mon_since;
+        int64_t ran = now - w->mon.since;
         if (LOAD_RELAXED(&w->timers.n) && timers_next(w) <= now)
             timers_run(w, now);
         bool waiting = worker_has_queued(w) || inbox_len(&c->inbox);
@@ -197,13 +197,14 @@ static bool watch_cluster(struct fern_cluster *c, int64_t now)
             int tid = LOAD_RELAXED(&w->tid);
             bool wake = inbox_len(&c->inbox) != 0;
             int64_t start = preempt_slice_start(w, sw);
-            bool used = waiting && thread_cpu_ns(tid) - (start ? start : w->mon_cpu) >= M.slice_ns;
+            bool used =
+                waiting && thread_cpu_ns(tid) - (start ? start : w->mon.cpu) >= M.slice_ns;
             if ((wake || used) && !task_sleeping(tid))
                 preempt_nudge(w);
             /* For worker_stuck: when work began to wait behind a thread
              * past its slice. */
-            if (ran >= M.slice_ns && waiting && !w->mon_req_cpu)
-                w->mon_req_cpu = thread_cpu_ns(tid);
+            if (ran >= M.slice_ns && waiting && !w->mon.req_cpu)
+                w->mon.req_cpu = thread_cpu_ns(tid);
         }
         nlong += ran >= M.slice_ns;
         /* Wall time first (cheap), then CPU time (worker_stuck): a worker
@@ -253,7 +254,7 @@ static bool any_busy(void)
 {
     for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster)
         for (unsigned i = 0; i < c->nworkers; i++)
-            if (worker_live(c, i) && !LOAD_RELAXED(&c->workers[i]->mon_idle))
+            if (worker_live(c, i) && !LOAD_RELAXED(&c->workers[i]->mon.idle))
                 return true;
     return false;
 }
@@ -272,7 +273,7 @@ static void *monitor_main(void *arg)
             continue;
         }
         STORE_RELAXED(&monitor_sleeping, 1);
-        full_fence(); /* monitor_sleeping = 1 before reading mon_idle: see above */
+        full_fence(); /* monitor_sleeping = 1 before reading mon.idle: see above */
         pthread_mutex_lock(&rt.boot_lock);
         busy = any_busy();
         pthread_mutex_unlock(&rt.boot_lock);

@@ -11,8 +11,9 @@
  * Slices are kept by the worker itself, in its CPU time, so neither a late
  * monitor nor a loaded machine changes what a thread is granted:
  *   - the handler stamps a slice's start when it sees a new switch count:
- *     the CPU time of the preemption that caused the switch (w->slice_next)
- *     or, after a voluntary switch, that of the tick itself;
+ *     the CPU time of the preemption that caused the switch
+ *     (w->preempt.slice_next) or, after a voluntary switch, that of the
+ *     tick itself;
  *   - a slice is over when the thread has used P.slice_ns of CPU since;
  *     then, if other threads wait, it is preempted at that tick (granted:
  *     the slice rounded up to the kernel's tick);
@@ -67,7 +68,7 @@
  * most, and fern's own waits treat an early return as a spurious wake-up).
  *
  * ThreadSanitizer delivers signals late, at its own points, with a copy of
- * the context: there the handler only sets w->preempt_soft and fern's
+ * the context: there the handler only sets w->preempt.soft and fern's
  * operations (preempt_point) yield when they see it.
  *
  * A program linked with the static libfern has fern's code inside its own
@@ -296,26 +297,27 @@ HANDLER_UNINSTRUMENTED static void preempt_tick(struct worker *w, fern_thread *t
 {
     int64_t cpu = self_cpu_ns();
     uint64_t sw = LOAD_RELAXED(&w->n_switches);
-    if (sw != w->slice_sw) {
+    if (sw != w->preempt.slice_sw) {
         /* A new slice: it began at the last preemption if that was the
          * switch (the usual case beside spinners), else when the monitor or
          * this handler first saw it (at most a tick late). A thread preempted early for
          * a woken one goes on with what it had left. */
-        int64_t start = w->slice_next ? w->slice_next : cpu;
+        int64_t start = w->preempt.slice_next ? w->preempt.slice_next : cpu;
         /* After a voluntary switch the monitor may have seen this count
          * first (its ticks are finer than the kernel's): its reading of
          * the CPU time is the earlier start. */
-        if (!w->slice_next && __atomic_load_n(&w->mon_switches, __ATOMIC_ACQUIRE) == sw) {
-            int64_t m = LOAD_RELAXED(&w->mon_cpu);
+        if (!w->preempt.slice_next &&
+            __atomic_load_n(&w->mon.switches, __ATOMIC_ACQUIRE) == sw) {
+            int64_t m = LOAD_RELAXED(&w->mon.cpu);
             if (m > 0 && m < start)
                 start = m;
         }
-        STORE_RELAXED(&w->slice_sw, sw); /* both read by the monitor */
-        STORE_RELAXED(&w->slice_start, start - t->slice_carry);
-        w->slice_next = 0;
+        STORE_RELAXED(&w->preempt.slice_sw, sw); /* both read by the monitor */
+        STORE_RELAXED(&w->preempt.slice_start, start - t->slice_carry);
+        w->preempt.slice_next = 0;
         t->slice_carry = 0;
     }
-    int64_t used = cpu - w->slice_start;
+    int64_t used = cpu - w->preempt.slice_start;
     bool expired = used >= P.slice_ns;
     if (unlikely(t->rescued)) {
         /* Rescued from a worker asleep in the kernel (rescue_worker): not
@@ -339,21 +341,21 @@ HANDLER_UNINSTRUMENTED static void preempt_tick(struct worker *w, fern_thread *t
     /* The context is a copy here; fern's next operation yields. */
     (void)ucv;
     if (queued || (expired && LOAD_RELAXED(&w->timers.n))) {
-        w->slice_next = cpu;
-        STORE_RELAXED(&w->slice_sw, SLICE_NONE);
-        STORE_RELAXED(&w->preempt_soft, 1);
+        w->preempt.slice_next = cpu;
+        STORE_RELAXED(&w->preempt.slice_sw, SLICE_NONE);
+        STORE_RELAXED(&w->preempt.soft, 1);
     }
 #elif ARCH_PREEMPT
     if (!point_safe(w, t, ucv)) {
         if (queued || inbox) {
             COUNT(&w->n_preempts_deferred, 1);
-            if (LOAD_RELAXED(&w->defer_sw) != sw) {
-                STORE_RELAXED(&w->defer_n, 0);
-                STORE_RELAXED(&w->defer_cpu0, cpu);
-                STORE_RELAXED(&w->defer_sw, sw);
+            if (LOAD_RELAXED(&w->preempt.defer_sw) != sw) {
+                STORE_RELAXED(&w->preempt.defer_n, 0);
+                STORE_RELAXED(&w->preempt.defer_cpu0, cpu);
+                STORE_RELAXED(&w->preempt.defer_sw, sw);
             }
-            STORE_RELAXED(&w->defer_cpu, cpu);
-            STORE_RELAXED(&w->defer_n, w->defer_n + 1);
+            STORE_RELAXED(&w->preempt.defer_cpu, cpu);
+            STORE_RELAXED(&w->preempt.defer_n, w->preempt.defer_n + 1);
         }
         return;
     }
@@ -368,9 +370,9 @@ HANDLER_UNINSTRUMENTED static void preempt_tick(struct worker *w, fern_thread *t
     /* Woken threads run at once; the slice of the thread they displace
      * is kept if it was not over. */
     t->slice_carry = expired ? 0 : used;
-    w->pin_front = !expired;
-    w->slice_next = cpu;
-    STORE_RELAXED(&w->slice_sw, SLICE_NONE); /* restamped if the yield finds nobody */
+    w->preempt.pin_front = !expired;
+    w->preempt.slice_next = cpu;
+    STORE_RELAXED(&w->preempt.slice_sw, SLICE_NONE); /* restamped if the yield finds nobody */
     COUNT(&w->n_preempts, 1);
 #else
     (void)ucv;
@@ -385,7 +387,7 @@ HANDLER_UNINSTRUMENTED static void on_preempt(int sig, siginfo_t *si, void *ucv)
     /* The monitor's nudge: a tgkill from this process with the flag set
      * (exchanged, so a program's own tgkill of this signal is passed on). */
     bool nudge = !tick && si->si_code == SI_TKILL && si->si_pid == getpid() && w &&
-                 __atomic_exchange_n(&w->preempt_nudged, 0, __ATOMIC_ACQ_REL);
+                 __atomic_exchange_n(&w->preempt.nudged, 0, __ATOMIC_ACQ_REL);
     if (!tick && !nudge) {
         chain_old(sig, si, ucv);
         errno = saved_errno;
@@ -395,8 +397,9 @@ HANDLER_UNINSTRUMENTED static void on_preempt(int sig, siginfo_t *si, void *ucv)
     if (!w || !LOAD_RELAXED(&P.on))
         goto out; /* a tick still in flight from a deleted timer */
     if (t == &w->g0 || !t->stack) {
-        STORE_RELAXED(&w->slice_sw, SLICE_NONE); /* idle path: the next thread starts afresh */
-        w->slice_next = 0;
+        /* idle path: the next thread starts afresh */
+        STORE_RELAXED(&w->preempt.slice_sw, SLICE_NONE);
+        w->preempt.slice_next = 0;
         goto out;
     }
     preempt_tick(w, t, ucv);
@@ -415,7 +418,7 @@ void preempt_yield(void)
 #ifdef FERN_TSAN
 void preempt_point_slow(struct worker *w)
 {
-    STORE_RELAXED(&w->preempt_soft, 0);
+    STORE_RELAXED(&w->preempt.soft, 0);
     COUNT(&w->n_preempts, 1);
     sched_yield_pinned(w);
 }
@@ -425,8 +428,8 @@ void preempt_point_slow(struct worker *w)
 
 void preempt_worker_start(struct worker *w)
 {
-    STORE_RELAXED(&w->slice_sw, SLICE_NONE);
-    w->slice_next = 0;
+    STORE_RELAXED(&w->preempt.slice_sw, SLICE_NONE);
+    w->preempt.slice_next = 0;
     if (!LOAD_RELAXED(&P.on))
         return;
     struct sigevent sev;
@@ -439,7 +442,7 @@ void preempt_worker_start(struct worker *w)
 #else
     sev._sigev_un._tid = (pid_t)syscall(SYS_gettid);
 #endif
-    if (timer_create(CLOCK_THREAD_CPUTIME_ID, &sev, &w->preempt_timer)) {
+    if (timer_create(CLOCK_THREAD_CPUTIME_ID, &sev, &w->preempt.timer)) {
         /* Out of timers (RLIMIT_SIGPENDING): this worker is not preempted;
          * the monitor still compensates for it. */
         COUNT(&w->n_preempts_deferred, 1);
@@ -447,16 +450,16 @@ void preempt_worker_start(struct worker *w)
     }
     struct itimerspec its = {{P.tick_ns / 1000000000, P.tick_ns % 1000000000},
                              {P.tick_ns / 1000000000, P.tick_ns % 1000000000}};
-    timer_settime(w->preempt_timer, 0, &its, NULL);
-    w->preempt_timed = true;
+    timer_settime(w->preempt.timer, 0, &its, NULL);
+    w->preempt.timed = true;
 }
 
 void preempt_worker_stop(struct worker *w)
 {
-    if (!w->preempt_timed)
+    if (!w->preempt.timed)
         return;
-    timer_delete(w->preempt_timer);
-    w->preempt_timed = false;
+    timer_delete(w->preempt.timer);
+    w->preempt.timed = false;
 }
 
 /* ---- the monitor's side ---- */
@@ -473,15 +476,17 @@ void preempt_worker_stop(struct worker *w)
 #define BLOCKED_LOOKS 8
 bool preempt_blocked(struct worker *w, uint64_t switches)
 {
-    return LOAD_RELAXED(&w->defer_sw) == switches && LOAD_RELAXED(&w->defer_n) >= BLOCKED_LOOKS &&
-           LOAD_RELAXED(&w->defer_cpu) - LOAD_RELAXED(&w->defer_cpu0) >= P.slice_ns;
+    return LOAD_RELAXED(&w->preempt.defer_sw) == switches &&
+           LOAD_RELAXED(&w->preempt.defer_n) >= BLOCKED_LOOKS &&
+           LOAD_RELAXED(&w->preempt.defer_cpu) - LOAD_RELAXED(&w->preempt.defer_cpu0) >= P.slice_ns;
 }
 
 int64_t preempt_slice_start(struct worker *w, uint64_t switches)
 {
     /* A hint (the pair is not written atomically): the handler that the
      * monitor's nudge runs decides with its own, exact values. */
-    return LOAD_RELAXED(&w->slice_sw) == switches ? LOAD_RELAXED(&w->slice_start) : 0;
+    return LOAD_RELAXED(&w->preempt.slice_sw) == switches ? LOAD_RELAXED(&w->preempt.slice_start)
+                                                          : 0;
 }
 
 void preempt_nudge(struct worker *w)
@@ -489,7 +494,7 @@ void preempt_nudge(struct worker *w)
     int tid = LOAD_RELAXED(&w->tid);
     if (!P.on || !tid)
         return;
-    STORE(&w->preempt_nudged, 1);
+    STORE(&w->preempt.nudged, 1);
     syscall(SYS_tgkill, getpid(), tid, P.sig);
 }
 
