@@ -210,7 +210,7 @@ static const struct {
 
 int mc_ascii_parse(const char *line, size_t len, mc_ascii_cmd *cmd)
 {
-    const char *nul = memchr(line, '\0', len);
+    const char *nul = (const char *)memchr(line, '\0', len);
     if (nul) /* memcached parses the line as a C string: it ends here */
         len = (size_t)(nul - line);
     struct tokens tk;

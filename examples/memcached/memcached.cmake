@@ -33,7 +33,12 @@ if(BUILD_TESTING)
     COMMAND python3 ${FERN_MC_CHECK} fern $<TARGET_FILE:fern-memcached> --connections ${FERN_MC_CONNS})
   add_test(NAME memcached_check_reference
     COMMAND python3 ${FERN_MC_CHECK} memcached ${FERN_MEMCACHED_REFERENCE})
+  # The same bytes to both servers, the answers compared with each other and
+  # with memcached 1.6.18's (tests/servers/memcached_diff.py).
+  add_test(NAME memcached_differential
+    COMMAND python3 ${CMAKE_SOURCE_DIR}/tests/servers/memcached_diff.py
+      $<TARGET_FILE:fern-memcached> ${FERN_MEMCACHED_REFERENCE})
   set_tests_properties(memcached_memccapable memcached_memccapable_reference memcached_check
-    memcached_check_reference PROPERTIES LABELS servers TIMEOUT 300
+    memcached_check_reference memcached_differential PROPERTIES LABELS servers TIMEOUT 300
     ENVIRONMENT "TSAN_OPTIONS=halt_on_error=1 second_deadlock_stack=1;ASAN_OPTIONS=detect_leaks=1:abort_on_error=0;UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
 endif()
