@@ -9,6 +9,14 @@ target_link_libraries(fern-memcached PRIVATE fern)
 target_compile_definitions(fern-memcached PRIVATE _GNU_SOURCE)
 target_compile_options(fern-memcached PRIVATE -Wall -Wextra -Werror)
 
+# Installed with the library (`cmake --install`): the server to bin/, found
+# relative to itself as PREFIX/bin/../LIBDIR/libfern.so (so an install into
+# any prefix runs without LD_LIBRARY_PATH), and its page to man1.
+set_target_properties(fern-memcached PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
+install(TARGETS fern-memcached RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+configure_file(${FERN_MC_DIR}/fern-memcached.1.in ${CMAKE_BINARY_DIR}/man/man1/fern-memcached.1 @ONLY)
+install(FILES ${CMAKE_BINARY_DIR}/man/man1/fern-memcached.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+
 # End-to-end tests. Each runs against fern-memcached and, as the proof that
 # the checks are right, against memcached itself (Debian `memcached`;
 # memccapable is Debian `libmemcached-tools`; .ci/run installs both). A
