@@ -111,7 +111,8 @@ int mc_bin_parse_header(const uint8_t *p, size_t len, mc_bin_header *h);
  * is over 250 bytes, or extras + key exceed the body. The caller answers
  * either error; after EINVAL it closes the connection (as memcached does),
  * after UNKNOWN_COMMAND it skips the body when extlen + keylen <= bodylen
- * and closes otherwise. */
+ * (unless it is over INT32_MAX bytes, which memcached does not skip: see
+ * binary.c) and closes otherwise. */
 int mc_bin_check(const mc_bin_header *h, int *kind, bool *quiet);
 
 /* Length of the value part of a request's body. Only meaningful after
