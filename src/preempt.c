@@ -26,14 +26,21 @@
  * alternate signal stack, never switches stacks. It checks that the
  * interrupted point is safe:
  *   - a green thread runs, on its own fern stack;
- *   - the PC is in application code: inside an executable segment of an
- *     object that is not libc, the dynamic loader, libstdc++, libgcc, a
- *     sanitizer runtime, fern itself or the vDSO. Those hold locks (malloc's,
- *     the loader's, stdio's) that another green thread on the same kernel
- *     thread would then wait for with the kernel's futex, forever. The table
- *     of ranges is built outside the handler with dl_iterate_phdr (at start,
- *     and again by the monitor when the loader's add/remove counts change)
- *     and published as an immutable array, so the handler only reads;
+ *   - the PC is in code that may be preempted: an executable segment of
+ *     the main executable, less its sections named fern_nopreempt* (fern's
+ *     own code when libfern.a is linked in: CMakeLists.txt renames the
+ *     static archives' code sections; code a user excludes the same way),
+ *     or of a shared library on the user's list (config.preempt_libs,
+ *     $FERN_PREEMPT_LIBS). Every other shared library is left alone: many
+ *     keep state per kernel thread (an allocator's thread cache, OpenSSL's
+ *     per-thread random generator) or take locks (malloc's, the loader's,
+ *     stdio's) that another green thread on the same kernel thread would
+ *     enter half-updated, or wait for with the kernel's futex, forever.
+ *     libc, the loader, libstdc++, libgcc_s, the sanitizer runtimes and
+ *     fern's libraries cannot be listed. The table of ranges is built
+ *     outside the handler with dl_iterate_phdr (at start, and again by the
+ *     monitor when the loader's add/remove counts change) and published as
+ *     an immutable array, so the handler only reads;
  *   - fern holds no internal lock: fern's code is excluded by the PC test,
  *     and the biased-object busy flag and a pending post-switch action are
  *     checked as well;
@@ -71,8 +78,10 @@
  * operations (preempt_point) yield when they see it.
  *
  * A program linked with the static libfern has fern's code inside its own
- * executable, where it cannot be told apart by address: preemption stays
- * off there (compensation still works). Off under Valgrind too.
+ * executable, in its fern_nopreempt section, found in the executable's
+ * section table (exe_excluded). If fern's code is there outside such a
+ * section, or the table cannot be read, the executable's code is not
+ * preempted at all (fern_dump says so). Off under Valgrind.
  */
 #include "internal.h"
 
@@ -118,6 +127,7 @@ enum exe_state {
     EXE_PREEMPTED,   /* in the table, minus its fern_nopreempt sections */
     EXE_UNREADABLE,  /* its section table could not be read: nothing known excluded */
     EXE_FERN_INSIDE, /* fern's code is in it outside a fern_nopreempt section */
+    EXE_STATIC,      /* linked with -static: libc's code is in it */
 };
 
 static struct {
@@ -333,13 +343,20 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
                             (uintptr_t)&fern_preempt_tramp,
 #endif
                             (uintptr_t)&preempt_yield};
-        bool fern_here = false;
+        bool fern_here = false, interp = false;
         for (int i = 0; i < info->dlpi_phnum; i++) {
             const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+            interp |= ph->p_type == PT_INTERP;
             uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
             if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X))
                 for (size_t k = 0; k < sizeof self / sizeof *self; k++)
                     fern_here |= self[k] >= lo && self[k] < hi;
+        }
+        if (!interp) {
+            /* No loader: a -static program, libc's code (malloc's, stdio's
+             * locks) is the executable's. */
+            b->exe = EXE_STATIC;
+            return 0;
         }
         nex = exe_excluded(info, ex, EXCLUDED_MAX);
         if (nex < 0) {
@@ -405,6 +422,8 @@ static int table_build(void)
                        b.exe == EXE_FERN_INSIDE
                            ? "no code of the executable (fern's code is in it outside a "
                              NOPREEMPT_SECTION " section)"
+                       : b.exe == EXE_STATIC
+                           ? "no code of the executable (linked with -static: libc's code is in it)"
                        : b.exe == EXE_UNREADABLE
                            ? "no code of the executable (its section table cannot be read)"
                            : "the executable's code");
