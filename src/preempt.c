@@ -125,7 +125,7 @@ void preempt_yield(void) __attribute__((visibility("hidden")));
 /* Why the executable's own code is not in the table, if it is not. */
 enum exe_state {
     EXE_PREEMPTED,   /* in the table, minus its fern_nopreempt sections */
-    EXE_UNREADABLE,  /* its section table could not be read: nothing known excluded */
+    EXE_UNREADABLE,  /* its section table could not be read (exe_excluded): nothing known excluded */
     EXE_FERN_INSIDE, /* fern's code is in it outside a fern_nopreempt section */
     EXE_STATIC,      /* linked with -static: libc's code is in it */
 };
@@ -224,11 +224,12 @@ static bool listed(const char *path)
     }
 }
 
-/* The executable's fern_nopreempt* sections, at their link-time addresses,
+/* The executable's fern_nopreempt* sections, at their run-time addresses,
  * from its file (section headers are not loaded): up to max in out. The
  * file is checked to be the one the loader mapped (its program headers are
  * info's: under an explicit `ld.so prog`, /proc/self/exe is the loader).
- * Returns how many, or -1 if that cannot be read. Raw system calls: with
+ * Returns how many, or -1 if that cannot be read or there are more than
+ * max (then nothing is known to be excluded). Raw system calls: with
  * fern-hook loaded, libc's open/read/close are its wrappers (task_sleeping
  * says why that matters). */
 static int exe_excluded(const struct dl_phdr_info *info, struct code_range *out, int max)
@@ -262,11 +263,15 @@ static int exe_excluded(const struct dl_phdr_info *info, struct code_range *out,
         goto out;
     names[str->sh_size] = 0;
     n = 0;
-    for (unsigned i = 0; i < eh.e_shnum && n < max; i++) {
+    for (unsigned i = 0; i < eh.e_shnum; i++) {
         if (!(sh[i].sh_flags & SHF_EXECINSTR) || sh[i].sh_size == 0 ||
             sh[i].sh_name >= str->sh_size ||
             strncmp(names + sh[i].sh_name, NOPREEMPT_SECTION, strlen(NOPREEMPT_SECTION)) != 0)
             continue;
+        if (n == max) { /* more than we can exclude: preempt none of it */
+            n = -1;
+            break;
+        }
         out[n].lo = info->dlpi_addr + sh[i].sh_addr;
         out[n].hi = out[n].lo + sh[i].sh_size;
         n++;
@@ -279,7 +284,7 @@ out:
     return n;
 }
 
-#define EXCLUDED_MAX 16
+#define EXCLUDED_MAX 64 /* sections of distinct names: the linker merges equal ones */
 
 struct build {
     struct code_table *t;
@@ -425,7 +430,8 @@ static int table_build(void)
                        : b.exe == EXE_STATIC
                            ? "no code of the executable (linked with -static: libc's code is in it)"
                        : b.exe == EXE_UNREADABLE
-                           ? "no code of the executable (its section table cannot be read)"
+                           ? "no code of the executable (its section table cannot be read, or "
+                             "has more than 64 " NOPREEMPT_SECTION " sections)"
                            : "the executable's code");
     if (b.exe == EXE_PREEMPTED && b.excluded)
         len += snprintf(what + len, sizeof what - (size_t)len,
