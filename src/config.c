@@ -110,7 +110,7 @@ static int stack_size_ok(size_t v) { return stack_class(v, NULL) >= 0; }
 
 int config_load(const fern_config *cfg, struct config *out)
 {
-    fern_config c = cfg ? *cfg : (fern_config){0, 0, 0};
+    fern_config c = cfg ? *cfg : (fern_config){0};
     char given[32];
     int r = 0;
 
@@ -216,6 +216,25 @@ int config_load(const fern_config *cfg, struct config *out)
                            "a signal name (URG, USR2, ...) or number other than SEGV, BUS, KILL, "
                            "STOP and FERN_DUMP_SIGNAL's (default URG)");
         n.preempt_signal = sig;
+    }
+
+    /* The shared libraries preempted besides the executable (preempt.c).
+     * An explicit list, "" included, does not read the variable. */
+    const char *libs = c.preempt_libs ? c.preempt_libs : env("FERN_PREEMPT_LIBS");
+    const char *libs_name = c.preempt_libs ? "fern_config.preempt_libs" : "FERN_PREEMPT_LIBS";
+    if (libs) {
+        int bad = preempt_libs_check(libs);
+        if (bad == 1 || strlen(libs) >= sizeof n.preempt_libs)
+            return invalid(libs_name, libs,
+                           "a colon-separated list of shared library file names (libfoo.so.1, or "
+                           "libfoo for any libfoo.so*) or absolute paths, without spaces or empty "
+                           "entries, at most 1023 bytes");
+        if (bad == 2)
+            return invalid(libs_name, libs,
+                           "libraries other than libc, the loader, libpthread, libdl, librt, "
+                           "libstdc++, libgcc_s, the sanitizer runtimes and fern's own (whose "
+                           "code is never preempted)");
+        strcpy(n.preempt_libs, libs);
     }
 
     *out = n;

@@ -322,6 +322,7 @@ struct config {
     bool preempt;              /* fern_config.preempt_us, $FERN_PREEMPT */
     int64_t slice_ns;          /* the time slice, also with preemption off */
     int preempt_signal;        /* $FERN_PREEMPT_SIGNAL */
+    char preempt_libs[1024];   /* fern_config.preempt_libs, $FERN_PREEMPT_LIBS: checked */
 };
 extern struct config config;
 /* Check cfg and the environment; fill *out, or print one line on stderr
@@ -885,6 +886,11 @@ int64_t preempt_slice_start(struct worker *w, uint64_t switches);
 /* Rebuild the table of application code if libraries came or went
  * (monitor thread). */
 void preempt_refresh(void);
+/* FERN_PREEMPT_LIBS's syntax (config.c): 0 if `list` is valid, 1 if it is
+ * malformed, 2 if it names a runtime library that is never preempted. */
+int preempt_libs_check(const char *list);
+/* One line on f: what preemption may interrupt (fern_dump). */
+void preempt_dump(FILE *f);
 /* Kernel task tid is asleep in the kernel (/proc state S or D). */
 bool task_sleeping(int tid);
 /* Under ThreadSanitizer the handler cannot redirect the thread (it gets a
