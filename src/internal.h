@@ -322,7 +322,10 @@ struct config {
     bool preempt;              /* fern_config.preempt_us, $FERN_PREEMPT */
     int64_t slice_ns;          /* the time slice, also with preemption off */
     int preempt_signal;        /* $FERN_PREEMPT_SIGNAL */
+    int deadlock;              /* $FERN_DEADLOCK: CONFIG_DEADLOCK_* */
 };
+/* FERN_DEADLOCK's values, in its accepted order (deadlock.c). */
+enum { CONFIG_DEADLOCK_REPORT, CONFIG_DEADLOCK_FATAL, CONFIG_DEADLOCK_OFF };
 extern struct config config;
 /* Check cfg and the environment; fill *out, or print one line on stderr
  * naming the bad setting and return EINVAL. */
