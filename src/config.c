@@ -175,6 +175,7 @@ int config_load(const fern_config *cfg, struct config *out)
 
     const char *d = env("FERN_DUMP_SIGNAL");
     n.dump_signal = SIGQUIT;
+    n.dump_signal_set = d != NULL;
     if (d && (n.dump_signal = crash_signal_parse(d)) < 0)
         return invalid("FERN_DUMP_SIGNAL", d,
                        "a signal name (QUIT, USR1, SIGUSR2, HUP, ...) or number, or off (0)");

@@ -319,6 +319,7 @@ struct config {
     int guard;                 /* $FERN_GUARD: CONFIG_GUARD_* */
     uint32_t guard_budget;     /* $FERN_GUARD_BUDGET */
     int dump_signal;           /* $FERN_DUMP_SIGNAL: the signal, 0 for none */
+    bool dump_signal_set;      /* $FERN_DUMP_SIGNAL given (not the default) */
     bool preempt;              /* fern_config.preempt_us, $FERN_PREEMPT */
     int64_t slice_ns;          /* the time slice, also with preemption off */
     int preempt_signal;        /* $FERN_PREEMPT_SIGNAL */

@@ -297,4 +297,69 @@ TEST(DumpSignalDeathTest, OffAndTakenSignalsAreLeftAlone)
         ::testing::ExitedWithCode(0), "");
 }
 
+// Started with SIGQUIT ignored, as a shell script's background job is:
+// fern_init leaves it ignored and says so once on stderr, with the way
+// out; a second fern_init in the same process says nothing more.
+TEST(DumpSignalDeathTest, IgnoredAtStartSaysSoOnce)
+{
+    GTEST_FLAG_SET(death_test_style, fern_test::death_style());
+    EXPECT_EXIT(
+        {
+            unsetenv("FERN_DUMP_SIGNAL");
+            signal(SIGQUIT, SIG_IGN);
+            ErrCapture c;
+            if (fern_init(nullptr) != 0)
+                _exit(90);
+            std::string got = c.read_err();
+            const std::string line =
+                "fern: SIGQUIT is ignored (as in a shell script's background job), so kill -QUIT "
+                "will not print fern_dump; FERN_DUMP_SIGNAL=QUIT takes it anyway, "
+                "FERN_DUMP_SIGNAL=USR2 (or another signal) uses another, FERN_DUMP_SIGNAL=off "
+                "turns this off\n";
+            if (got != line) {
+                dup2(c.saved, 2);
+                fprintf(stderr, "got: [%s]\n", got.c_str());
+                _exit(40);
+            }
+            struct sigaction q;
+            sigaction(SIGQUIT, nullptr, &q);
+            if (q.sa_handler != SIG_IGN)
+                _exit(41); // left ignored
+            fern_shutdown();
+            if (fern_init(nullptr) != 0)
+                _exit(90);
+            if (!c.read_err().empty())
+                _exit(42); // once per process
+            fern_shutdown();
+            _exit(0);
+        },
+        ::testing::ExitedWithCode(0), "");
+}
+
+// FERN_DUMP_SIGNAL=QUIT names the ignored signal explicitly: fern takes it
+// (no line), dumps on it, and fern_shutdown gives SIG_IGN back.
+TEST(DumpSignalDeathTest, ExplicitSettingTakesAnIgnoredSignal)
+{
+    GTEST_FLAG_SET(death_test_style, fern_test::death_style());
+    EXPECT_EXIT(
+        {
+            setenv("FERN_DUMP_SIGNAL", "QUIT", 1);
+            signal(SIGQUIT, SIG_IGN);
+            {
+                ErrCapture c;
+                if (fern_init(nullptr) != 0)
+                    _exit(90);
+                if (c.read_err().find("is ignored") != std::string::npos)
+                    _exit(43);
+                fern_shutdown();
+                struct sigaction q;
+                sigaction(SIGQUIT, nullptr, &q);
+                if (q.sa_handler != SIG_IGN)
+                    _exit(44); // given back ignored
+            }
+            dump_child(SIGQUIT); // exits 0 once the dump shows the thread
+        },
+        ::testing::ExitedWithCode(0), "");
+}
+
 } // namespace
