@@ -18,7 +18,7 @@
       live and on a gcore core, with every check above: the documented
       command (safe-path / plus add-auto-load-scripts-directory), which
       loads both the installed file and the embedded copy (checked with
-      info auto-load); the embedded copy alone; then, with the library
+      info auto-load), also on a kernel core dump; the embedded copy alone; then, with the library
       stripped (the embedded copy gone), the installed file alone, found
       with only add-auto-load-scripts-directory, and nothing without it.
       readelf -n on the installed library lists the six USDT probes; a
@@ -154,7 +154,7 @@ def probes_hit(prog, label):
     check(re.search(r"@@park \d+ \w", out) is not None, "%s: fern:park gives an id and what" % label, out)
 
 
-def kernel_core(prog, tmp):
+def kernel_core(prog, tmp, label="kernel core", pre=()):
     """The program dumps core itself (its SIGTRAP, default guards): the
     kernel's dump keeps the stacks gcore loses to MADV_GUARD_INSTALL."""
     with open("/proc/sys/kernel/core_pattern") as f:
@@ -162,15 +162,15 @@ def kernel_core(prog, tmp):
     if pattern.startswith("|") or "/" in pattern:
         print("NOTE: kernel core dump check NOT RUN: core_pattern is %r (not a file in the cwd)" % pattern)
         return
-    cwd = os.path.join(tmp, "kcore")
-    os.mkdir(cwd)
+    cwd = tempfile.mkdtemp(dir=tmp)
     r = subprocess.run([prog], cwd=cwd, capture_output=True, timeout=TIMEOUT,
                        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY,
                                                                                     resource.RLIM_INFINITY)))
     cores = [os.path.join(cwd, c) for c in os.listdir(cwd) if c.startswith("core")]
-    check(r.returncode == -signal.SIGTRAP and cores, "the kernel wrote a core (exit %d)" % r.returncode)
+    check(r.returncode == -signal.SIGTRAP and cores, "%s: the kernel wrote a core (exit %d)"
+          % (label, r.returncode))
     if cores:
-        inspect([prog, cores[0]], "kernel core")
+        inspect([prog, cores[0]], label, pre)
 
 
 def live_and_gcore(prog, tmp, label, pre=()):
@@ -245,6 +245,7 @@ def installed(build, cmake, cc, source):
         check(file_ and embedded, "documented command: gdb loaded both the installed file and the "
               "embedded copy", out)
         live_and_gcore(prog, tmp, "documented command", auto)
+        kernel_core(prog, tmp, "documented command, kernel core", auto)
         # The embedded copy alone (no auto-load directory).
         file_, embedded, out = loaded_scripts(prog, [])
         check(embedded and not file_, "no auto-load directory: gdb loaded the embedded copy only", out)
