@@ -362,4 +362,45 @@ TEST(DumpSignalDeathTest, ExplicitSettingTakesAnIgnoredSignal)
         ::testing::ExitedWithCode(0), "");
 }
 
+// What BackgroundJobOfAScriptIsToldWhy runs in the background of a shell:
+// not run otherwise (DISABLED_).
+TEST(DumpSignalBackground, DISABLED_Child)
+{
+    unsetenv("FERN_DUMP_SIGNAL");
+    struct sigaction q;
+    sigaction(SIGQUIT, nullptr, &q);
+    fprintf(stderr, "child: SIGQUIT %s\n", q.sa_handler == SIG_IGN ? "ignored" : "not ignored");
+    ASSERT_EQ(0, fern_init(nullptr));
+    ASSERT_EQ(0, fern_shutdown());
+}
+
+// The real case: `prog &` in a script. The shell starts the job with
+// SIGQUIT ignored, and fern says so on stderr.
+TEST(DumpSignalBackground, BackgroundJobOfAScriptIsToldWhy)
+{
+#ifdef FERN_TEST_EMULATED
+    GTEST_SKIP() << "the shell cannot execute the emulated test binary itself";
+#endif
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    ASSERT_GT(n, 0);
+    self[n] = 0;
+    std::string cmd = std::string("sh -c '\"$0\" --gtest_filter=DumpSignalBackground.DISABLED_Child "
+                                  "--gtest_also_run_disabled_tests 2>&1 & wait' '") +
+                      self + "'";
+    FILE *p = popen(cmd.c_str(), "r");
+    ASSERT_NE(nullptr, p);
+    std::string out;
+    char buf[4096];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, p)) > 0)
+        out.append(buf, got);
+    EXPECT_EQ(0, pclose(p)) << out;
+    EXPECT_NE(std::string::npos, out.find("child: SIGQUIT ignored")) << out;
+    EXPECT_NE(std::string::npos,
+              out.find("fern: SIGQUIT is ignored (as in a shell script's background job), so "
+                       "kill -QUIT will not print fern_dump; FERN_DUMP_SIGNAL=QUIT takes it anyway"))
+        << out;
+}
+
 } // namespace
