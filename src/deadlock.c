@@ -225,8 +225,8 @@ static int find_object(struct dl_phdr_info *info, size_t size, void *arg)
 }
 
 /* Map the file and find its symbol table; a file that is not a readable
- * 64-bit ELF leaves syms NULL (the object still names itself). Every
- * offset is checked against the file's size. */
+ * ELF of this process's class leaves syms NULL (the object still names
+ * itself). Every offset is checked against the file's size. */
 static void sym_load(struct sym_obj *o)
 {
     o->map = NULL;
@@ -344,8 +344,9 @@ static const char *demangle(const char *name, char **freeme)
 /* "name+0xoff (object+0xoff)" for addr; look_at is the address to find
  * the symbol for (a return address minus 1: the call, which may be the
  * function's last instruction). Objects print by their full path, for
- * addr2line -e. */
-static void sym_describe(char *buf, size_t len, uintptr_t addr, uintptr_t look_at)
+ * addr2line -e. Used by the x86_64 backtraces only. */
+static __attribute__((unused)) void sym_describe(char *buf, size_t len, uintptr_t addr,
+                                                 uintptr_t look_at)
 {
     struct sym_obj *o = sym_object(look_at);
     if (!o) {
