@@ -12,7 +12,8 @@
       (FERN_GUARD=mprotect) and from a kernel core dump (default guards;
       where core_pattern writes a file in the cwd, else it says it did not
       run). Then all of it (live and gcore) with the extension loaded twice:
-      gdb/fern-gdb.py sourced first, the embedded copy after it.
+      gdb/fern-gdb.py sourced first, the embedded copy after it. However
+      many copies load, gdb lists one fern unwinder and one frame filter.
   check.py installed BUILD_DIR CMAKE CC SOURCE
       Installs into a scratch prefix. Each way of loading the extension,
       live and on a gcore core, with every check above: the documented
@@ -198,6 +199,7 @@ SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "g
 def live(prog, gcore=True):
     probes_hit(prog, "live")
     twice = ["-iex", "source " + SCRIPT]
+    loaded_scripts(prog, twice, "live, loaded twice")
     if not gcore:
         inspect(["-ex", "run", prog], "live")
         inspect(["-ex", "run", prog], "live, loaded twice", twice)
@@ -213,11 +215,18 @@ def live(prog, gcore=True):
         shutil.rmtree(tmp)
 
 
-def loaded_scripts(prog, pre):
-    """The scripts gdb says it loaded for prog: (installed file?, embedded?)."""
+def loaded_scripts(prog, pre, label):
+    """The scripts gdb says it loaded for prog: (installed file?, embedded?).
+    Also checks that however many copies ran, gdb has one fern unwinder and
+    one fern frame filter."""
     out = gdb(list(pre) + ["-ex", "break main", "-ex", "run", "-ex", "info auto-load python-scripts",
-                           "-ex", "kill", prog])
+                           "-ex", "echo @@unwinders\\n", "-ex", "info unwinder",
+                           "-ex", "info frame-filter", "-ex", "echo @@end\\n", "-ex", "kill", prog])
     rows = [l.rstrip() for l in out.splitlines() if l.startswith("Yes")]
+    regs = bt_of(out, "@@unwinders")
+    check(len(re.findall(r"^[ \t]+fern$", regs, re.M)) == 1 and
+          len(re.findall(r"^[ \t]+100[ \t]+Yes[ \t]+fern$", regs, re.M)) == 1,
+          "%s: one fern unwinder and one fern frame filter registered" % label, regs)
     return (any(l.endswith("-gdb.py") for l in rows),
             any("gdb.inlined-script.fern" in l for l in rows), out)
 
@@ -241,13 +250,13 @@ def installed(build, cmake, cc, source):
         # The documented command (docs/debugging.md) on the unstripped
         # library: gdb runs both the installed file and the embedded copy.
         auto = ["-iex", "add-auto-load-scripts-directory " + os.path.join(prefix, "share/gdb/auto-load")]
-        file_, embedded, out = loaded_scripts(prog, auto)
+        file_, embedded, out = loaded_scripts(prog, auto, "documented command")
         check(file_ and embedded, "documented command: gdb loaded both the installed file and the "
               "embedded copy", out)
         live_and_gcore(prog, tmp, "documented command", auto)
         kernel_core(prog, tmp, "documented command, kernel core", auto)
         # The embedded copy alone (no auto-load directory).
-        file_, embedded, out = loaded_scripts(prog, [])
+        file_, embedded, out = loaded_scripts(prog, [], "embedded only")
         check(embedded and not file_, "no auto-load directory: gdb loaded the embedded copy only", out)
         live_and_gcore(prog, tmp, "embedded only")
         subprocess.run(["strip", "-g", real], check=True, timeout=TIMEOUT)
@@ -256,7 +265,7 @@ def installed(build, cmake, cc, source):
         check(".debug_gdb_scripts" not in r.stdout, "strip -g removed the embedded copy")
         # The library stripped, so its embedded copy is gone: only the
         # installed file can give the extension.
-        file_, embedded, out = loaded_scripts(prog, auto)
+        file_, embedded, out = loaded_scripts(prog, auto, "installed file only")
         check(file_ and not embedded, "stripped: gdb loaded the installed file only", out)
         live_and_gcore(prog, tmp, "installed file only", auto)
         probes_hit(prog, "installed")
