@@ -373,6 +373,14 @@ TEST(Deadlock, AllThreadsAsleepReported) {
     EXPECT_NE(std::string::npos, out.find("all 2 green threads are asleep")) << out;
     EXPECT_NE(std::string::npos, out.find("\"waiter\"")) << out;
     EXPECT_NE(std::string::npos, out.find("\"main\"")) << out;
+#if defined(__x86_64__)
+    // Each thread's backtrace, down to the green stack's bottom.
+    std::regex waiter("\"waiter\" parked on cond:\n(    #[0-9]+ 0x[0-9a-f]+ [^\n]*\n)*"
+                      "    #[0-9]+ 0x[0-9a-f]+ fern_ctx_entry\\+0x");
+    std::regex main_bt("\"main\" parked on join:\n    #0 0x[0-9a-f]+ ");
+    EXPECT_TRUE(std::regex_search(out, waiter)) << out;
+    EXPECT_TRUE(std::regex_search(out, main_bt)) << out;
+#endif
 }
 
 // The same with a deadline on the wait: a timer can still wake it.
