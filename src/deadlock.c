@@ -461,7 +461,8 @@ static unsigned stack_walk(fern_thread *t, uintptr_t *pcs, unsigned max, const c
     /* Frame pointers: each frame's rbp holds the caller's rbp, then the
      * return address; followed while it stays inside t's stack and goes
      * up. */
-    *how = "frame pointers (libunwind.so.8 not found; frames without one are missing)";
+    *how = "frame pointers: libunwind.so.8 not found or unusable; frames of code built without "
+           "them are missing";
     pcs[n++] = (uintptr_t)rip;
     struct stack *st = LOAD_RELAXED(&t->stack);
     if (!st)
@@ -493,7 +494,7 @@ static void print_backtrace(fern_thread *t)
     }
     unsigned n = stack_walk(t, pcs, BT_FRAMES, &how);
     if (strcmp(how, "libunwind"))
-        fprintf(stderr, "    (backtrace from %s)\n", how);
+        fprintf(stderr, "    (backtrace by %s)\n", how);
     for (unsigned i = 0; i < n; i++) {
         char buf[512];
         /* pcs[0] is a return address too (into switch_to). */

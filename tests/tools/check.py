@@ -35,6 +35,11 @@
       tests/tools/busy.c under valgrind: no error, and no "client switching
       stacks" warning (fern registers each green stack with
       VALGRIND_STACK_REGISTER).
+  check.py deadlock PROGRAM
+      tests/tools/deadlocked.c with FERN_DEADLOCK=fatal: the deadlock
+      report walks each parked thread's stack by frame pointers (libunwind
+      is kept out, see that file), says so, names transfer and audit in
+      their threads' backtraces, and the process ends by SIGABRT.
   The live and installed modes also stop gdb at the USDT probes and read their arguments.
 """
 import os
@@ -335,6 +340,30 @@ def valgrind(prog):
           r.stderr[-3000:])
 
 
+def deadlock(prog):
+    env = dict(os.environ, FERN_DEADLOCK="fatal")
+    r = subprocess.run([prog], capture_output=True, text=True, timeout=TIMEOUT, env=env,
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)))
+    err = r.stderr
+    check(r.returncode == -signal.SIGABRT, "deadlock: FERN_DEADLOCK=fatal ends by SIGABRT (exit %d)"
+          % r.returncode, err)
+    check("fern: deadlock is fatal (FERN_DEADLOCK=fatal): aborting" in err, "deadlock: says it aborts", err)
+    check(err.count("    (backtrace by frame pointers: libunwind.so.8 not found or unusable;") == 2, "deadlock: both backtraces by frame pointers", err)
+    for name, other in (("transfer", "audit"), ("audit", "transfer")):
+        # This thread's backtrace: from its line to the next thread's.
+        m = re.search(r'thread \d+ "%s" waits for mutex (\S+) \(0x[0-9a-f]+\)[^\n]*\n((?:    [^\n]*\n)*)'
+                      % name, err)
+        bt = m.group(2) if m else ""
+        check(re.search(r"^    #\d+ 0x[0-9a-f]+ %s\+0x[0-9a-f]+ \(/\S+deadlocked_fp\+0x[0-9a-f]+\)$" % name,
+                        bt, re.M) is not None,
+              "deadlock: %s's backtrace names %s (deadlocked_fp+offset)" % (name, name), err)
+        check(other + "+0x" not in bt, "deadlock: %s's backtrace has none of %s's frames" % (name, other), bt)
+        check(re.search(r"^    #\d+ 0x[0-9a-f]+ fern_ctx_entry\+0x", bt, re.M) is not None,
+              "deadlock: %s's backtrace reaches fern_ctx_entry" % name, bt)
+    check("waits for mutex ledger_lock (" in err and "waits for mutex accounts_lock (" in err,
+          "deadlock: the static mutexes by name", err)
+
+
 def main():
     if len(sys.argv) < 3:
         sys.argv[1:] = ["usage"]
@@ -344,10 +373,13 @@ def main():
         valgrind(sys.argv[2])
     elif sys.argv[1] == "perf":
         perf(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "deadlock":
+        deadlock(sys.argv[2])
     elif sys.argv[1] == "installed":
         installed(*sys.argv[2:6])
     else:
-        sys.exit("usage: check.py live PROGRAM [nogcore] | installed BUILD CMAKE CC SOURCE | perf PROGRAM PROGRAM_FP | valgrind PROGRAM")
+        sys.exit("usage: check.py live PROGRAM [nogcore] | installed BUILD CMAKE CC SOURCE | perf PROGRAM PROGRAM_FP | "
+                 "valgrind PROGRAM | deadlock PROGRAM")
     if failures:
         print("%d check(s) failed" % len(failures))
         sys.exit(1)
