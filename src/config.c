@@ -175,9 +175,17 @@ int config_load(const fern_config *cfg, struct config *out)
 
     const char *d = env("FERN_DUMP_SIGNAL");
     n.dump_signal = SIGQUIT;
+    n.dump_signal_set = d != NULL;
     if (d && (n.dump_signal = crash_signal_parse(d)) < 0)
         return invalid("FERN_DUMP_SIGNAL", d,
                        "a signal name (QUIT, USR1, SIGUSR2, HUP, ...) or number, or off (0)");
+
+    static const char *const deadlock_choices[] = {"report", "fatal", "off", NULL};
+    n.deadlock = CONFIG_DEADLOCK_REPORT;
+    if ((r = env_choice("FERN_DEADLOCK", deadlock_choices,
+                        "report (the default), fatal (abort after the report) or off",
+                        &n.deadlock)))
+        return r;
 
     /* Preemption and the monitor's time slice (docs/preemption.md). */
     n.preempt = true;

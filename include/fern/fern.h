@@ -719,7 +719,10 @@ struct fern_stats {
     uint64_t spares_started;   /* compensation workers started because a
                                   worker was stuck with work waiting, since
                                   fern_init; `workers` counts running ones */
-    uint64_t deadlocks_reported; /* deadlock reports printed since fern_init */
+    uint64_t deadlocks_reported; /* deadlock reports printed since fern_init
+                                  (none with $FERN_DEADLOCK=off; with
+                                  $FERN_DEADLOCK=fatal the first one ends
+                                  the process with abort()) */
 };
 
 /* Fill *s with counters (read without stopping workers: each is exact, the
