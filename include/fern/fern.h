@@ -263,7 +263,9 @@ typedef struct fern_mutex {
     uint32_t handoff_; /* 1: unlock hands the mutex over to a waiter */
     uint32_t heirs_;   /* waiters moved here by fern_cond_broadcast */
     uint32_t bias_;    /* worker whose green threads use plain stores, or shared */
-    uint32_t users_;   /* lockers woken to compete again, condition waiters using it */
+    uint32_t users_;   /* lockers queued or woken to compete again, until they leave */
+    uint32_t cwait_;   /* condition waiters using it, until they hold it again */
+    uint32_t pad_;
 } fern_mutex;
 
 typedef struct fern_cond {
@@ -275,7 +277,7 @@ typedef struct fern_cond {
     uint32_t timed_;    /* of them, ones with a deadline */
 } fern_cond;
 
-#define FERN_MUTEX_INIT {0, 0, NULL, {NULL, NULL}, 0, 0, 0, 0}
+#define FERN_MUTEX_INIT {0, 0, NULL, {NULL, NULL}, 0, 0, 0, 0, 0, 0}
 #define FERN_COND_INIT {0, 0, {NULL, NULL}, NULL, 0, 0}
 
 /* Initialise (same as zeroing). Return 0; EINVAL if the pointer is NULL. */
