@@ -147,7 +147,7 @@ TEST_F(Destroy, SelectWithTwoCasesOnTheFiredChannel) {
     });
 }
 
-TEST_F(Destroy, MutexWokenLockerKeepsItBusy) {
+TEST_F(Destroy, MutexDestroyWaitsForAWokenLocker) {
     on(g_one, [] {
         auto *m = new fern_mutex;
         ASSERT_EQ(0, fern_mutex_init(m));
