@@ -43,12 +43,21 @@
  *    it claimed after dropping the lock (the woken may destroy at once);
  *  - a woken thread whose operation goes on to use the object (a mutex
  *    waiter that competes again, a condition waiter re-locking its mutex)
- *    is counted in the object (fern_mutex.users_) until its last access;
+ *    is counted in the object (fern_mutex.users_, or cwait_ for a condition
+ *    waiter, which destroy reports as EBUSY: it may stay blocked on its
+ *    condition for ever) until its last access;
  *  - a select relocks only the channels where it still has linked waiters:
  *    the case that fired was unlinked by its waker, and that channel may be
  *    gone already.
  * A call that *starts* after or concurrently with *_destroy is the caller's
- * bug, as in POSIX; the rule covers every thread that entered earlier.
+ * bug, as in POSIX; the rule covers every thread that entered earlier (a
+ * thread still spinning for a lock it has not taken, or for a mutex before
+ * it queues, is not counted: counting it would cost the contended paths an
+ * atomic per attempt, and its call is concurrent with the destroy).
+ * waitq_state reads a linked waiter's parker state relaxed: the parker
+ * lives as long as the waiter is linked (its thread unlinks it under the
+ * lock the destroyer holds), and only the value matters, not what it
+ * publishes.
  *
  * Memory ordering. A parker's state is the one word its parties race on. A
  * waker claims it with an acq_rel CAS (a solo parker: a relaxed store, since
