@@ -294,8 +294,8 @@ int fern_mutex_init(fern_mutex *m);
  * pthread_cond_destroy. A call that starts concurrently with or after the
  * destroy is the caller's bug, as in POSIX. */
 
-/* Destroy a mutex, waiting for lockers that are leaving it (one woken to
- * compete again, or whose timed lock expired) to get it or leave.
+/* Destroy a mutex. It first waits for lockers that are leaving it (one
+ * woken to compete again, or whose timed lock expired) to get it or leave.
  * Return 0; EINVAL if m is NULL; EBUSY if it is locked (also by such a
  * locker, once it got it), a locker is blocked on it, or a thread waiting on
  * a condition variable with it (blocked there, or woken and about to lock it
@@ -323,8 +323,8 @@ int fern_mutex_unlock(fern_mutex *m);
 /* Initialise (same as zeroing). Return 0; EINVAL if c is NULL. */
 int fern_cond_init(fern_cond *c);
 
-/* Destroy a condition variable, waiting for waiters that timed out to
- * leave it (a woken waiter no longer uses c, only its mutex): it may be
+/* Destroy a condition variable. It first waits for waiters that timed out
+ * to leave it; a woken waiter no longer uses c, only its mutex, so c may be
  * destroyed and freed right after the last signal or broadcast.
  * Return 0; EINVAL if c is NULL; EBUSY while a waiter is blocked on it. */
 int fern_cond_destroy(fern_cond *c);
@@ -367,8 +367,8 @@ typedef struct fern_sem {
 /* Initialise with a value. Return 0; EINVAL if s is NULL or value exceeds
  * FERN_SEM_VALUE_MAX. A zeroed fern_sem is a semaphore of value 0. */
 int fern_sem_init(fern_sem *s, unsigned value);
-/* Destroy a semaphore, waiting for waiters that timed out to leave it (a
- * woken one no longer uses it). Return 0; EINVAL if s is NULL; EBUSY while a
+/* Destroy a semaphore. It first waits for waiters that timed out to leave
+ * it (a woken one no longer uses it). Return 0; EINVAL if s is NULL; EBUSY while a
  * waiter is blocked on it. */
 int fern_sem_destroy(fern_sem *s);
 /* Take one unit, waiting while the value is 0. Return 0; EINVAL if s is NULL. */
@@ -399,8 +399,8 @@ typedef struct fern_rwlock {
 
 /* Return 0; EINVAL if rw is NULL. */
 int fern_rwlock_init(fern_rwlock *rw);
-/* Destroy a reader-writer lock, waiting for waiters that timed out to leave
- * it. Return 0; EINVAL if rw is NULL; EBUSY if it is held (a woken waiter
+/* Destroy a reader-writer lock. It first waits for waiters that timed out
+ * to leave it. Return 0; EINVAL if rw is NULL; EBUSY if it is held (a woken waiter
  * holds it already: it was granted before its wake-up) or a waiter is
  * blocked on it. */
 int fern_rwlock_destroy(fern_rwlock *rw);
@@ -441,8 +441,8 @@ typedef struct fern_barrier {
 /* Return 0; EINVAL if b is NULL or count is 0. A zeroed barrier must be
  * initialised before use (its count is 0: fern_barrier_wait says EINVAL). */
 int fern_barrier_init(fern_barrier *b, unsigned count);
-/* Destroy a barrier; threads released by the last arrival no longer use it,
- * so it may follow the last fern_barrier_wait at once.
+/* Destroy a barrier. Threads released by the last arrival no longer use
+ * it, so it may follow the last fern_barrier_wait at once.
  * Return 0; EINVAL if b is NULL; EBUSY while threads wait on it. */
 int fern_barrier_destroy(fern_barrier *b);
 /* Wait until `count` threads have arrived. Returns FERN_BARRIER_SERIAL_THREAD
@@ -461,8 +461,8 @@ typedef struct fern_wg {
 
 /* Return 0; EINVAL if wg is NULL. */
 int fern_wg_init(fern_wg *wg);
-/* Destroy a wait group, waiting for waiters that timed out to leave it (a
- * woken one no longer uses it). Return 0; EINVAL if wg is NULL; EBUSY if the
+/* Destroy a wait group. It first waits for waiters that timed out to leave
+ * it (a woken one no longer uses it). Return 0; EINVAL if wg is NULL; EBUSY if the
  * count is not 0 or a waiter is blocked on it. */
 int fern_wg_destroy(fern_wg *wg);
 /* Add delta (may be negative) to the counter; at 0 every waiter wakes.
@@ -509,10 +509,10 @@ typedef struct fern_chan fern_chan;
  * Return 0; EINVAL if ch is NULL, elem_size is 0 or elem_size * capacity
  * overflows; ENOMEM if the buffer cannot be allocated. */
 int fern_chan_create(fern_chan **ch, size_t elem_size, size_t capacity);
-/* Free a channel, first waiting for senders, receivers and selects that
+/* Free a channel. It first waits for senders, receivers and selects that
  * are leaving it (one that timed out, or whose select fired on another
  * case, relocks it to unlink itself; one inside an operation holds its
- * lock): destroy may follow the last close or send at once. A thread woken
+ * lock), so destroy may follow the last close or send at once. A thread woken
  * by this channel does not touch it again. Return 0; EINVAL if ch is NULL;
  * EBUSY while a sender, receiver or select is blocked on it (the channel is
  * not freed then). */
