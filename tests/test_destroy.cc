@@ -265,6 +265,90 @@ TEST_F(Destroy, WokenWaitersNeverTouchTheObjectAgain) {
     });
 }
 
+// A thread still blocked (untimed, or timed with its deadline far off)
+// makes destroy say EBUSY at once, without waiting for it: only threads
+// that are leaving are waited for. On one worker a destroy that waited for
+// a blocked thread would hang the test.
+TEST_F(Destroy, BlockedWaitersMakeItBusyAtOnce) {
+    on(g_one, [] {
+        const int64_t far = fern_now_ns() + 10 * 1000000000LL;
+        fern_chan *a, *b;
+        ASSERT_EQ(0, fern_chan_create(&a, sizeof(int), 0));
+        ASSERT_EQ(0, fern_chan_create(&b, sizeof(int), 0));
+        int va = 0, vb = 0, got = -1;
+        fern_select_case cs[2] = {{a, FERN_RECV, &va, 0}, {b, FERN_RECV, &vb, 0}};
+        fern_thread *w = park_one([&] { got = fern_select(cs, 2, far); });
+        EXPECT_EQ(EBUSY, fern_chan_destroy(a));
+        EXPECT_EQ(EBUSY, fern_chan_destroy(b));
+        int one = 1;
+        EXPECT_EQ(0, fern_chan_send(b, &one)); // fires case 1: still linked on a
+        EXPECT_EQ(0, fern_chan_destroy(b));
+        EXPECT_EQ(0, fern_chan_destroy(a)); // waits for the select to unlink itself
+        EXPECT_EQ(0, fern_join(w, nullptr));
+        EXPECT_EQ(1, got);
+        EXPECT_EQ(1, vb);
+
+        auto *s = new fern_sem;
+        ASSERT_EQ(0, fern_sem_init(s, 0));
+        w = park_one([s, far] { EXPECT_EQ(0, fern_sem_timedwait(s, far)); });
+        EXPECT_EQ(EBUSY, fern_sem_destroy(s));
+        EXPECT_EQ(0, fern_sem_post(s));
+        EXPECT_EQ(0, fern_sem_destroy(s));
+        delete s;
+        EXPECT_EQ(0, fern_join(w, nullptr));
+
+        auto *wg = new fern_wg;
+        ASSERT_EQ(0, fern_wg_init(wg));
+        ASSERT_EQ(0, fern_wg_add(wg, 1));
+        w = park_one([wg, far] { EXPECT_EQ(0, fern_wg_timedwait(wg, far)); });
+        EXPECT_EQ(EBUSY, fern_wg_destroy(wg));
+        EXPECT_EQ(0, fern_wg_done(wg));
+        EXPECT_EQ(0, fern_wg_destroy(wg));
+        delete wg;
+        EXPECT_EQ(0, fern_join(w, nullptr));
+
+        // A condition waiter: EBUSY for c (blocked on it) and for m (it
+        // uses m until it holds it again), whether blocked or just woken.
+        auto *c = new fern_cond;
+        auto *m = new fern_mutex;
+        ASSERT_EQ(0, fern_cond_init(c));
+        ASSERT_EQ(0, fern_mutex_init(m));
+        bool ready = false;
+        w = park_one([&] {
+            EXPECT_EQ(0, fern_mutex_lock(m));
+            while (!ready) EXPECT_EQ(0, fern_cond_timedwait(c, m, far));
+            EXPECT_EQ(0, fern_mutex_unlock(m));
+        });
+        EXPECT_EQ(EBUSY, fern_cond_destroy(c));
+        EXPECT_EQ(EBUSY, fern_mutex_destroy(m));
+        EXPECT_EQ(0, fern_mutex_lock(m));
+        ready = true;
+        EXPECT_EQ(0, fern_cond_signal(c));
+        EXPECT_EQ(0, fern_mutex_unlock(m));
+        EXPECT_EQ(0, fern_cond_destroy(c));
+        delete c;
+        EXPECT_EQ(EBUSY, fern_mutex_destroy(m)); // woken, not yet holding m
+        EXPECT_EQ(0, fern_join(w, nullptr));
+        EXPECT_EQ(0, fern_mutex_destroy(m));
+        delete m;
+
+        // A locker blocked on a held mutex, and one on a free mutex that
+        // an unlock woke (it has not run yet): EBUSY, then a wait.
+        m = new fern_mutex;
+        ASSERT_EQ(0, fern_mutex_init(m));
+        ASSERT_EQ(0, fern_mutex_lock(m));
+        w = park_one([m, far] {
+            EXPECT_EQ(0, fern_mutex_timedlock(m, far));
+            EXPECT_EQ(0, fern_mutex_unlock(m));
+        });
+        EXPECT_EQ(EBUSY, fern_mutex_destroy(m));
+        EXPECT_EQ(0, fern_mutex_unlock(m));
+        EXPECT_EQ(0, fern_mutex_destroy(m)); // W locks and unlocks meanwhile
+        delete m;
+        EXPECT_EQ(0, fern_join(w, nullptr));
+    });
+}
+
 // ---- races -----------------------------------------------------------------
 
 constexpr int kEarly = -1;
