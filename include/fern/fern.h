@@ -271,7 +271,9 @@ typedef struct fern_mutex {
     uint32_t handoff_; /* 1: unlock hands the mutex over to a waiter */
     uint32_t heirs_;   /* waiters moved here by fern_cond_broadcast */
     uint32_t bias_;    /* worker whose green threads use plain stores, or shared */
-    uint32_t users_;   /* lockers woken to compete again, condition waiters using it */
+    uint32_t users_;   /* lockers queued or woken to compete again, until they leave */
+    uint32_t cwait_;   /* condition waiters using it, until they hold it again */
+    uint32_t pad_;
 } fern_mutex;
 
 typedef struct fern_cond {
@@ -283,25 +285,29 @@ typedef struct fern_cond {
     uint32_t timed_;    /* of them, ones with a deadline */
 } fern_cond;
 
-#define FERN_MUTEX_INIT {0, 0, NULL, {NULL, NULL}, 0, 0, 0, 0}
+#define FERN_MUTEX_INIT {0, 0, NULL, {NULL, NULL}, 0, 0, 0, 0, 0, 0}
 #define FERN_COND_INIT {0, 0, {NULL, NULL}, NULL, 0, 0}
 
 /* Initialise (same as zeroing). Return 0; EINVAL if the pointer is NULL. */
 int fern_mutex_init(fern_mutex *m);
 
 /* Destroying waitable objects (mutex, cond, sem, rwlock, barrier, wait
- * group, channel): *_destroy returns EBUSY until no thread that entered an
- * operation on the object is still inside it, counting threads already
- * woken, timed out or whose select fired elsewhere that have not yet
- * returned. Once it returns 0 the memory may be freed at once, e.g. right
- * after the last broadcast, post, close or unlock. A call that starts
- * concurrently with or after the destroy is the caller's bug, as in POSIX. */
+ * group, channel): *_destroy says EBUSY only while a thread is blocked on
+ * the object or holds it. Threads that are only leaving it (woken, timed
+ * out, or whose select fired on another case, and not yet returned; or one
+ * holding its internal lock for an instant) are waited for: destroy yields,
+ * then naps briefly, from a green thread as from a plain one, and returns 0
+ * once they are out. The memory may then be freed at once, e.g. right after
+ * the last broadcast, post, close or unlock, as glibc allows for
+ * pthread_cond_destroy. A call that starts concurrently with or after the
+ * destroy is the caller's bug, as in POSIX. */
 
-/* Destroy a mutex; as every *_destroy of fern.h, it says EBUSY until no
- * thread that entered an operation on the object is still inside it.
- * Return 0; EINVAL if m is NULL; EBUSY if it is locked, has waiters, or a
- * thread woken to lock it, or waiting on a condition variable with it, has
- * not finished with it. */
+/* Destroy a mutex. It first waits for lockers that are leaving it (one
+ * woken to compete again, or whose timed lock expired) to get it or leave.
+ * Return 0; EINVAL if m is NULL; EBUSY if it is locked (also by such a
+ * locker, once it got it), a locker is blocked on it, or a thread waiting on
+ * a condition variable with it (blocked there, or woken and about to lock it
+ * again) uses it. */
 int fern_mutex_destroy(fern_mutex *m);
 
 /* Lock, parking (green) or blocking (plain) while another holds it.
@@ -325,9 +331,10 @@ int fern_mutex_unlock(fern_mutex *m);
 /* Initialise (same as zeroing). Return 0; EINVAL if c is NULL. */
 int fern_cond_init(fern_cond *c);
 
-/* Return 0; EINVAL if c is NULL; EBUSY while a waiter is inside a wait on
- * it (including one that timed out and has not yet left; a woken one no
- * longer uses c, only its mutex). */
+/* Destroy a condition variable. It first waits for waiters that timed out
+ * to leave it; a woken waiter no longer uses c, only its mutex, so c may be
+ * destroyed and freed right after the last signal or broadcast.
+ * Return 0; EINVAL if c is NULL; EBUSY while a waiter is blocked on it. */
 int fern_cond_destroy(fern_cond *c);
 
 /* Atomically release m and wait for a signal, then re-acquire m. Wake-ups
@@ -368,8 +375,9 @@ typedef struct fern_sem {
 /* Initialise with a value. Return 0; EINVAL if s is NULL or value exceeds
  * FERN_SEM_VALUE_MAX. A zeroed fern_sem is a semaphore of value 0. */
 int fern_sem_init(fern_sem *s, unsigned value);
-/* Return 0; EINVAL if s is NULL; EBUSY while a waiter is inside a wait on it
- * (including one that timed out and has not yet left). */
+/* Destroy a semaphore. It first waits for waiters that timed out to leave
+ * it (a woken one no longer uses it). Return 0; EINVAL if s is NULL; EBUSY while a
+ * waiter is blocked on it. */
 int fern_sem_destroy(fern_sem *s);
 /* Take one unit, waiting while the value is 0. Return 0; EINVAL if s is NULL. */
 int fern_sem_wait(fern_sem *s);
@@ -399,9 +407,10 @@ typedef struct fern_rwlock {
 
 /* Return 0; EINVAL if rw is NULL. */
 int fern_rwlock_init(fern_rwlock *rw);
-/* Return 0; EINVAL if rw is NULL; EBUSY if held (a woken waiter holds it
- * already) or waited on (including by a waiter that timed out and has not
- * yet left). */
+/* Destroy a reader-writer lock. It first waits for waiters that timed out
+ * to leave it. Return 0; EINVAL if rw is NULL; EBUSY if it is held (a woken waiter
+ * holds it already: it was granted before its wake-up) or a waiter is
+ * blocked on it. */
 int fern_rwlock_destroy(fern_rwlock *rw);
 /* Return 0; EINVAL if rw is NULL; EDEADLK if the caller holds the write lock;
  * EAGAIN if the caller already holds FERN_RWLOCK_READS_MAX read locks. */
@@ -440,8 +449,9 @@ typedef struct fern_barrier {
 /* Return 0; EINVAL if b is NULL or count is 0. A zeroed barrier must be
  * initialised before use (its count is 0: fern_barrier_wait says EINVAL). */
 int fern_barrier_init(fern_barrier *b, unsigned count);
-/* Return 0; EINVAL if b is NULL; EBUSY if threads wait on it (threads
- * released by the last arrival no longer use it). */
+/* Destroy a barrier. Threads released by the last arrival no longer use
+ * it, so it may follow the last fern_barrier_wait at once.
+ * Return 0; EINVAL if b is NULL; EBUSY while threads wait on it. */
 int fern_barrier_destroy(fern_barrier *b);
 /* Wait until `count` threads have arrived. Returns FERN_BARRIER_SERIAL_THREAD
  * in exactly one of them (the last to arrive) and 0 in the others; EINVAL if b
@@ -459,8 +469,9 @@ typedef struct fern_wg {
 
 /* Return 0; EINVAL if wg is NULL. */
 int fern_wg_init(fern_wg *wg);
-/* Return 0; EINVAL if wg is NULL; EBUSY if the count is not 0 or a waiter is
- * inside a wait on it (including one that timed out and has not yet left). */
+/* Destroy a wait group. It first waits for waiters that timed out to leave
+ * it (a woken one no longer uses it). Return 0; EINVAL if wg is NULL; EBUSY if the
+ * count is not 0 or a waiter is blocked on it. */
 int fern_wg_destroy(fern_wg *wg);
 /* Add delta (may be negative) to the counter; at 0 every waiter wakes.
  * Return 0; EINVAL if wg is NULL or the counter would go below 0 (nothing
@@ -506,11 +517,13 @@ typedef struct fern_chan fern_chan;
  * Return 0; EINVAL if ch is NULL, elem_size is 0 or elem_size * capacity
  * overflows; ENOMEM if the buffer cannot be allocated. */
 int fern_chan_create(fern_chan **ch, size_t elem_size, size_t capacity);
-/* Free a channel. Return 0; EINVAL if ch is NULL; EBUSY while a sender,
- * receiver or select is inside an operation on it, including one that timed
- * out or whose select fired on another case and has not yet left (the
- * channel is not freed then). A select woken by this channel (a close, a
- * send) does not touch it again: destroy may follow the close at once. */
+/* Free a channel. It first waits for senders, receivers and selects that
+ * are leaving it (one that timed out, or whose select fired on another
+ * case, relocks it to unlink itself; one inside an operation holds its
+ * lock), so destroy may follow the last close or send at once. A thread woken
+ * by this channel does not touch it again. Return 0; EINVAL if ch is NULL;
+ * EBUSY while a sender, receiver or select is blocked on it (the channel is
+ * not freed then). */
 int fern_chan_destroy(fern_chan *ch);
 /* Close: no more sends. Receivers get what is buffered, then EPIPE; blocked
  * senders wake with EPIPE. Return 0; EINVAL if ch is NULL; EPIPE if closed. */
