@@ -73,7 +73,11 @@ test-aarch64:
 	cd build/aarch64 && ctest --output-on-failure -j 2
 	sh tests/cross/check.sh build/aarch64
 
-demo: build
+# Only the tour (and libfern): it runs no other program, so the rest of the
+# tree (tests, benchmarks, servers) need not be built to watch it.
+demo:
+	cmake -S . -B build/release $(CMAKE_COMMON) -DCMAKE_BUILD_TYPE=Release
+	cmake --build build/release -j $(JOBS) --target tour
 	./build/release/examples/tour
 
 # The drivers draw plots when matplotlib imports; Debian's python3 has it
