@@ -152,12 +152,20 @@ check versions-agree versions_agree
 
 # The man pages are installed where man finds them: `man fern_spawn`.
 man_pages() {
-    n=$(ls "$prefix"/share/man/man3/fern_*.3 | wc -l)
+    m="$prefix/share/man"
+    n=$(ls "$m"/man3/fern_*.3 | wc -l)
     # fern__* are private to libfern-hook (src/hookapi.h): no pages.
-    exported=$(nm -D --defined-only "$libdir/libfern.so" | awk '$2 == "T" && $3 ~ /^fern_[a-z0-9]/' | wc -l)
-    echo "$n pages, $exported exported functions"
-    [ "$n" -eq "$exported" ] && [ -f "$prefix/share/man/man3/fern.3" ] &&
-    MANPATH="$prefix/share/man" man -w fern_spawn | grep -q "$prefix/share/man/man3/fern_spawn.3"
+    exported=$(nm -D --defined-only "$libdir/libfern.so" | awk '$2 == "T" && $3 ~ /^fern_[a-z0-9]/ { print $3 }')
+    echo "$n pages, $(echo "$exported" | wc -l) exported functions"
+    for f in $exported fern fern_config fern_attr; do
+        [ -f "$m/man3/$f.3" ] || { echo "no page $f.3"; return 1; }
+    done
+    # The function pages plus the two structure pages, nothing else.
+    [ "$n" -eq $(($(echo "$exported" | wc -l) + 2)) ] &&
+    [ -f "$m/man7/fern-hook.7" ] && [ -f "$m/man7/fern-cxx.7" ] &&
+    MANPATH="$m" man -w fern_spawn | grep -q "$m/man3/fern_spawn.3" &&
+    MANPATH="$m" man -w 7 fern-hook | grep -q "$m/man7/fern-hook.7" &&
+    MANPATH="$m" man -w fern_config | grep -q "$m/man3/fern_config.3"
 }
 check man-pages man_pages
 
