@@ -399,12 +399,25 @@ TEST(HookNet, ForkChildRunsPlain) {
 // accepted. It is read while the library loads, so the refusal is the
 // process's: this binary re-run with each value exits 1 before main prints
 // anything. (Before, any value but "0", "banana" included, meant on.)
+// Under qemu-user the copy runs through the emulator ctest names in
+// FERN_TEST_EMULATOR (as stress/conns.cc does), with this binary's path,
+// which qemu reports for /proc/self/exe.
 std::string run_self_with_hook(const char *value, int *status) {
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    EXPECT_GT(len, 0) << strerror(errno);
+    if (len <= 0) return "";
+    self[len] = 0;
     std::string cmd = "FERN_HOOK='";
     cmd += value;
-    cmd += "' /proc/";
-    cmd += std::to_string(getpid());
-    cmd += "/exe --gtest_list_tests --gtest_filter=HookOff.* 2>&1";
+    cmd += "' ";
+    if (const char *e = getenv("FERN_TEST_EMULATOR")) {
+        cmd += e;
+        cmd += " ";
+    }
+    cmd += "'";
+    cmd += self;
+    cmd += "' --gtest_list_tests --gtest_filter=HookOff.* 2>&1";
     FILE *f = popen(cmd.c_str(), "r");
     EXPECT_NE(f, nullptr);
     std::string out;
