@@ -135,7 +135,8 @@ hook_static() {
 check hook-static hook_static
 
 # One version everywhere (CHANGELOG.md, "Versioning"): fern.pc, fern.h's
-# FERN_VERSION_MAJOR/MINOR, and the soname (major.minor before 1.0, then major).
+# FERN_VERSION_MAJOR/MINOR, and the sonames of libfern and libfern-hook
+# (major.minor before 1.0, then major).
 versions_agree() {
     v=$(pkg-config --modversion fern) || return 1
     major=${v%%.*}
@@ -145,8 +146,12 @@ versions_agree() {
         $CC -E -P $(pkg-config --cflags fern) - | tail -n 1 | tr -d ' ')
     if [ "$major" = 0 ]; then want="libfern.so.0.$minor"; else want="libfern.so.$major"; fi
     soname=$(readelf -d "$libdir/libfern.so" | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')
-    echo "fern.pc $v, fern.h $h, soname $soname (want $want)"
-    [ "$h" = "$major.$minor" ] && [ "$soname" = "$want" ] && [ -e "$libdir/$want" ]
+    # libfern-hook follows the same rule (CHANGELOG.md).
+    hwant=$(echo "$want" | sed 's/^libfern\./libfern-hook./')
+    hsoname=$(readelf -d "$libdir/libfern-hook.so" | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')
+    echo "fern.pc $v, fern.h $h, soname $soname (want $want), $hsoname (want $hwant)"
+    [ "$h" = "$major.$minor" ] && [ "$soname" = "$want" ] && [ -e "$libdir/$want" ] &&
+    [ "$hsoname" = "$hwant" ] && [ -e "$libdir/$hwant" ]
 }
 check versions-agree versions_agree
 
