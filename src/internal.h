@@ -840,6 +840,9 @@ enum { SPARE_NO = 0, SPARE_RUNNING = 1, SPARE_EXITED = 2, SPARE_DORMANT = 3 };
  * EINVAL if c is stopping. */
 int spare_start(struct fern_cluster *c, bool rescue);
 void spares_reap(struct fern_cluster *c);
+/* A worker that held the poller stopped: wake an idle worker of some
+ * cluster to take the role (rt.boot_lock held). */
+void poll_rehome(void);
 /* Move what waits on a stuck worker v (its ring, hand-off slot, and with
  * pinned_too its pinned threads) to its cluster's inbox; returns how many
  * threads moved. */

@@ -58,6 +58,31 @@
  * at most 1 ms, so a hand-off made just before it listed itself is looked at
  * again.
  *
+ * The poller is never left without an owner (issue 30). While a thread
+ * waits on a descriptor (io_active), one idle worker of the process, the
+ * poll owner, sleeps in epoll_wait; every other idle worker sleeps on its
+ * futex with no deadline (poller.c). So the invariant: while io_active(),
+ * either some worker owns the poller, or some worker is awake and will pass
+ * through its idle path (where it polls, and takes the role if it finds
+ * nothing) or its 64-tick poll; a worker that sleeps on its futex counts
+ * for nothing. The owner releases the role each time it leaves epoll_wait
+ * and takes it again when it next sleeps, which holds the invariant as long
+ * as it comes back: so every way of leaving for good hands the role over.
+ *   - A spare that ends (SPARE_LINGER_NS idle) may have been the owner, the
+ *     other workers asleep on their futexes behind it: it wakes one idle
+ *     worker of its cluster (worker_leave), which takes the role. If none
+ *     of them is idle, they are awake, or stuck: see the last case.
+ *   - The workers of a destroyed cluster (cluster_stop): once they are
+ *     joined, an idle worker of another cluster is woken (poll_rehome).
+ *   - The owner leaves epoll_wait to run a thread that then blocks in the
+ *     kernel, or every awake worker does: the monitor (monitor.c:
+ *     watch_poller), awake while a worker is busy, wakes an idle worker, or
+ *     polls itself, once the role has been vacant for POLL_ORPHAN_NS.
+ * Each hand-over reads io_active and poll_owner after a full fence, after
+ * its own release of the role; a worker that failed to take the role
+ * listed itself idle (nidle, under idle_lock) before its CAS saw the role
+ * held, so a hand-over that finds the role free sees it listed.
+ *
  * Timers are fired by their owning worker at ticks and in the idle path; an
  * idle worker sleeps until its earliest deadline.
  *
@@ -1479,6 +1504,18 @@ static fern_thread *watch_end(struct worker *w, struct fern_cluster *c)
     return t;
 }
 
+/* A worker of c leaves its idle loop for good (a spare that ends): if it
+ * held the poller (or anyone did who has let go since) and a thread still
+ * waits on a descriptor, wake an idle worker of c to take the role over
+ * (the header's "never left without an owner"). Its own release of the
+ * role (io_sleep) comes before the fence in cluster_wake. */
+static void worker_leave(struct fern_cluster *c)
+{
+    full_fence();
+    if (io_active() && !io_poll_owned())
+        cluster_wake(c);
+}
+
 static fern_thread *find_work(struct worker *w)
 {
     struct fern_cluster *c = w->cluster;
@@ -1550,8 +1587,10 @@ static fern_thread *find_work(struct worker *w)
             if (!woken)
                 continue; /* no spin: look for work, then nap or sleep again */
         }
-        if (spare_end)
-            break; /* a spare with nothing to do ends (t is NULL) */
+        if (spare_end) {
+            worker_leave(c); /* a spare with nothing to do ends (t is NULL) */
+            break;
+        }
         spinning = true;
         ADD_RELAXED(&c->nspinning, 1);
         spin_until = fern_now_ns() + SPIN_NS;
@@ -1843,6 +1882,23 @@ bool inbox_front_rescued(struct fern_cluster *c)
     return r;
 }
 
+/* The poller may have no owner, while threads wait on descriptors, because
+ * a worker that held it has stopped (cluster_stop, after joining them):
+ * wake an idle worker of some cluster, which takes the role. rt.boot_lock
+ * held (the clusters stay linked). With none idle, the awake workers poll
+ * (and the monitor watches: watch_poller). */
+void poll_rehome(void)
+{
+    full_fence();
+    if (!io_active() || io_poll_owned())
+        return;
+    for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster)
+        if (LOAD_RELAXED(&c->nidle)) {
+            cluster_wake(c);
+            return;
+        }
+}
+
 /* Stop and join c's workers and free it. Caller checked it is unused. */
 void cluster_stop(struct fern_cluster *c)
 {
@@ -1873,6 +1929,7 @@ void cluster_stop(struct fern_cluster *c)
         }
     rt.nclusters--;
     rt.nworkers -= c->nbase;
+    poll_rehome();
     for (unsigned i = 0; i < c->nworkers; i++) {
         struct worker *w = c->workers[i];
         rt.retired_spawned += w->n_spawned;
