@@ -2309,10 +2309,10 @@ void sched_dump_clusters(FILE *f)
             fern_thread *nx = LOAD_RELAXED(&w->next);
             if (state[i] != SPARE_RUNNING)
                 continue;
-            fprintf(f, "  worker %u%s: runq %u, next %llu, pinned %u, timers %u, switches %llu, "
+            fprintf(f, "  worker %u%s: runq %u, next %llu, soon %u, pinned %u, timers %u, switches %llu, "
                        "steals %llu, sleeps %llu",
                     i, i >= c->nbase ? " (spare)" : "", q, nx ? (unsigned long long)nx->id : 0ull,
-                    tqueue_len(&w->pinned), LOAD_RELAXED(&w->timers.n),
+                    tqueue_len(&w->soon), tqueue_len(&w->pinned), LOAD_RELAXED(&w->timers.n),
                     (unsigned long long)LOAD_RELAXED(&w->n_switches),
                     (unsigned long long)LOAD_RELAXED(&w->n_steals),
                     (unsigned long long)LOAD_RELAXED(&w->n_sleeps));
