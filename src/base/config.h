@@ -20,10 +20,15 @@ struct config {
     int guard;                 /* $FERN_GUARD: CONFIG_GUARD_* */
     uint32_t guard_budget;     /* $FERN_GUARD_BUDGET */
     int dump_signal;           /* $FERN_DUMP_SIGNAL: the signal, 0 for none */
+    bool dump_signal_set;      /* $FERN_DUMP_SIGNAL given (not the default) */
     bool preempt;              /* fern_config.preempt_us, $FERN_PREEMPT */
     int64_t slice_ns;          /* the time slice, also with preemption off */
     int preempt_signal;        /* $FERN_PREEMPT_SIGNAL */
+    char preempt_libs[1024];   /* fern_config.preempt_libs, $FERN_PREEMPT_LIBS: checked */
+    int deadlock;              /* $FERN_DEADLOCK: CONFIG_DEADLOCK_* */
 };
+/* FERN_DEADLOCK's values, in its accepted order (watch/deadlock.c). */
+enum { CONFIG_DEADLOCK_REPORT, CONFIG_DEADLOCK_FATAL, CONFIG_DEADLOCK_OFF };
 extern struct config config;
 /* runtime/runtime.c: start the runtime with the defaults unless it runs (the implicit start of
  * fern_spawn, fern_run, fern_cluster_create and the I/O calls; `by` names the

@@ -65,6 +65,23 @@ int64_t cluster_live(struct fern_cluster *c)
 }
 
 
+/* The poller may have no owner, while threads wait on descriptors, because
+ * a worker that held it has stopped (cluster_stop, after joining them):
+ * wake an idle worker of some cluster, which takes the role. rt.boot_lock
+ * held (the clusters stay linked). With none idle, the awake workers poll
+ * (and the monitor watches: watch_poller). */
+void poll_rehome(void)
+{
+    full_fence();
+    if (!io_active() || io_poll_owned())
+        return;
+    for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster)
+        if (LOAD_RELAXED(&c->nidle)) {
+            cluster_wake(c);
+            return;
+        }
+}
+
 /* Stop and join c's workers and free it. Caller checked it is unused. */
 void cluster_stop(struct fern_cluster *c)
 {
@@ -95,6 +112,7 @@ void cluster_stop(struct fern_cluster *c)
         }
     rt.nclusters--;
     rt.nworkers -= c->nbase;
+    poll_rehome();
     for (unsigned i = 0; i < c->nworkers; i++) {
         struct worker *w = c->workers[i];
         rt.retired_spawned += w->n_spawned;

@@ -61,7 +61,7 @@ static bool cluster_has_work(struct worker *w)
         return true;
     unsigned n = LOAD(&c->nworkers);
     for (unsigned i = 0; i < n; i++)
-        if (!runq_empty(c->workers[i]))
+        if (!runq_empty(c->workers[i]) || tqueue_len(&c->workers[i]->soon))
             return true;
     return false;
 }

@@ -5,13 +5,41 @@
  * (sched_spawned), and a thread moving to another cluster (fern_migrate).
  */
 #include "sched/sched.h"
+#include "sched/switch.h"
 #include "debug/probes.h"
+
+static void ready_last(struct worker *w, fern_thread *t);
+
+/* t was woken by a timer that w fired (wake_from WAKE_TIMER): onto w's
+ * `soon` list, which w serves before its hand-off slot and ring
+ * (pick_next), so it does not wait behind the threads queued there. Or by
+ * a descriptor event that w dispatched (WAKE_POLL): to the ring's tail
+ * (ready_last), in the batch's order. Either way an idle worker, if one
+ * is listed and none spins, is woken to share the work (it steals from
+ * `soon` too: steal_some); not needed for correctness, w is awake and runs
+ * both. Out of line: the hand-off path does not pay for it. */
+static __attribute__((noinline)) void ready_from(struct worker *w, fern_thread *t)
+{
+    if (w->wake_from == WAKE_POLL) {
+        ready_last(w, t);
+        return;
+    }
+    tqueue_push(&w->soon, t);
+    soon_rearm(w);
+    struct fern_cluster *c = w->cluster;
+    if (!w->alone && LOAD_RELAXED(&c->nidle) && !LOAD_RELAXED(&c->nspinning))
+        cluster_wake(c);
+}
 
 void sched_ready(fern_thread *t)
 {
     struct worker *w = worker_self();
     PROBE1(wake, t->id);
     if (w && w->cluster == t->cluster) {
+        if (unlikely(w->wake_from)) {
+            ready_from(w, t);
+            return;
+        }
         STORE_RELAXED(&t->run_state, T_RUNNABLE);
         if (w->alone) {
             /* No thieves, and this worker is awake: nobody to wake. */

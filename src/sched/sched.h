@@ -21,6 +21,20 @@
  * The design of the scheduler as a whole follows.
  *
  * Where a runnable thread can be:
+ *   - w->soon     threads whose timer this worker fired (its own heap, or
+ *                 another worker's: timers_help): taken before `next` and
+ *                 the ring, so a sleeper does not wait behind the queue
+ *                 (issue 30; Go runs such a goroutine next, `runnext`). At
+ *                 most SOON_STREAK_MAX in a row while it stays non-empty,
+ *                 then one pick goes to `next` or the ring, so neither
+ *                 starves; there is no time slice to inherit, as each
+ *                 pick's streak is bounded instead. A FIFO under its spin
+ *                 lock: thieves (soon_steal) and the monitor's rescue take
+ *                 from it too. Threads woken by descriptor events go to the
+ *                 ring's tail in their batch's order, not to `next`, where
+ *                 each would have pushed the previous one (and a sleeper
+ *                 put there) to the tail: under load a poll's batch is
+ *                 itself the queue, served first come first served.
  *   - w->next     the hand-off slot of the worker that woke it: a thread
  *                 woken by the running one runs next, so a ping-pong stays
  *                 on one core. NEXT_STREAK_MAX consecutive hand-offs at
@@ -76,6 +90,31 @@
  * at most 1 ms, so a hand-off made just before it listed itself is looked at
  * again.
  *
+ * The poller is never left without an owner (issue 30). While a thread
+ * waits on a descriptor (io_active), one idle worker of the process, the
+ * poll owner, sleeps in epoll_wait; every other idle worker sleeps on its
+ * futex with no deadline (io/poller.c). So the invariant: while io_active(),
+ * either some worker owns the poller, or some worker is awake and will pass
+ * through its idle path (where it polls, and takes the role if it finds
+ * nothing) or its 64-tick poll; a worker that sleeps on its futex counts
+ * for nothing. The owner releases the role each time it leaves epoll_wait
+ * and takes it again when it next sleeps, which holds the invariant as long
+ * as it comes back: so every way of leaving for good hands the role over.
+ *   - A spare that ends (SPARE_LINGER_NS idle) may have been the owner, the
+ *     other workers asleep on their futexes behind it: it wakes one idle
+ *     worker of its cluster (worker_leave, steal.c), which takes the role.
+ *     If none of them is idle, they are awake, or stuck: see the last case.
+ *   - The workers of a destroyed cluster (cluster_stop): once they are
+ *     joined, an idle worker of another cluster is woken (poll_rehome).
+ *   - The owner leaves epoll_wait to run a thread that then blocks in the
+ *     kernel, or every awake worker does: the monitor (watch/monitor.c:
+ *     watch_poller), awake while a worker is busy, wakes an idle worker, or
+ *     polls itself, once the role has been vacant for POLL_ORPHAN_NS.
+ * Each hand-over reads io_active and poll_owner after a full fence, after
+ * its own release of the role; a worker that failed to take the role
+ * listed itself idle (nidle, under idle_lock) before its CAS saw the role
+ * held, so a hand-over that finds the role free sees it listed.
+ *
  * Timers are fired by their owning worker at ticks and in the idle path; an
  * idle worker sleeps until its earliest deadline.
  *
@@ -127,6 +166,10 @@
  *   n of a tqueue (pinned) or the inbox: relaxed, a hint read outside
  *             the queue's lock; the list or array itself is only touched
  *             under that (acquire/release) spin lock.
+ *   soon      (a tqueue) under its lock; n is a relaxed hint read outside
+ *             it. wake_from: the owner's only. timers.due: stored relaxed
+ *             under the heap's lock, read relaxed by timers_help, which
+ *             takes the lock before it fires anything.
  *   stopping, rt.running: release store, acquire loads: whoever sees the
  *             flag also sees what was set up or torn down before it.
  *   wakers    relaxed increment (the caller still holds the cluster), release
@@ -191,6 +234,9 @@ enum { SPARE_NO = 0, SPARE_RUNNING = 1, SPARE_EXITED = 2, SPARE_DORMANT = 3 };
  * EINVAL if c is stopping. */
 int spare_start(struct fern_cluster *c, bool rescue);
 void spares_reap(struct fern_cluster *c);
+/* A worker that held the poller stopped: wake an idle worker of some
+ * cluster to take the role (rt.boot_lock held). */
+void poll_rehome(void);
 /* Move what waits on a stuck worker v (its ring, hand-off slot, and with
  * pinned_too its pinned threads) to its cluster's inbox; returns how many
  * threads moved. */

@@ -74,7 +74,8 @@ void spares_reap(struct fern_cluster *c)
 
 bool worker_has_queued(struct worker *v)
 {
-    return !runq_empty(v) || LOAD_RELAXED(&v->next) || tqueue_len(&v->pinned);
+    return !runq_empty(v) || LOAD_RELAXED(&v->next) || tqueue_len(&v->pinned) ||
+           tqueue_len(&v->soon);
 }
 
 unsigned rescue_worker(struct worker *v, bool pinned_too)
@@ -102,11 +103,13 @@ unsigned rescue_worker(struct worker *v, bool pinned_too)
         if (t)
             batch[n++] = t;
     }
-    fern_thread *pinned = NULL, *pinned_tail = NULL;
-    uint32_t npinned = 0;
+    fern_thread *pinned = NULL, *pinned_tail = NULL, *soon = NULL, *soon_tail;
+    uint32_t npinned = 0, nsoon = 0;
     if (pinned_too && tqueue_len(&v->pinned))
         pinned = tqueue_take(&v->pinned, &pinned_tail, &npinned);
-    if (n + npinned == 0)
+    if (tqueue_len(&v->soon))
+        soon = tqueue_take(&v->soon, &soon_tail, &nsoon);
+    if (n + npinned + nsoon == 0)
         return 0;
     /* Its preempted threads go to the front of the inbox: v sleeps in the
      * kernel, quite possibly on a pthread mutex (or another kernel-side
@@ -127,13 +130,19 @@ unsigned rescue_worker(struct worker *v, bool pinned_too)
         }
         inbox_push_front(&v->cluster->inbox, pinned, pinned_tail, npinned);
     }
-    if (n) {
+    if (n + nsoon) {
+        /* Those woken by a timer or an event first, as v would have run
+         * them first. */
         struct inbox *q = &v->cluster->inbox;
         spin_lock(&q->lock);
+        for (fern_thread *x = soon, *y; x; x = y) {
+            y = x->link;
+            inbox_add(q, x);
+        }
         for (unsigned i = 0; i < n; i++)
             inbox_add(q, batch[i]);
         spin_unlock(&q->lock);
     }
     cluster_wake(v->cluster);
-    return n + npinned;
+    return n + npinned + nsoon;
 }

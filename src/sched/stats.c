@@ -36,24 +36,48 @@ void sched_stats(struct fern_stats *s)
     s->stacks_in_use = bound - unbound;
 }
 
+/* The workers of c that count (as in sched_stats and the lines below):
+ * its base workers and the spares running now. c->nworkers counts slots,
+ * which stay after their spares end. */
+static bool worker_counts(struct fern_cluster *c, unsigned i, uint32_t *spare_state)
+{
+    *spare_state = i < c->nbase ? SPARE_RUNNING : LOAD(&c->workers[i]->spare);
+    return *spare_state == SPARE_RUNNING;
+}
+
 void sched_dump_clusters(FILE *f)
 {
     pthread_mutex_lock(&rt.boot_lock);
     for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster) {
-        fprintf(f, "cluster %p%s: %u workers, %u idle, %u spinning, %u threads, inbox %u\n",
-                (void *)c, c == rt.dflt ? " (default)" : "", c->nworkers, LOAD_RELAXED(&c->nidle),
-                LOAD_RELAXED(&c->nspinning),
-                (unsigned)cluster_live(c), inbox_len(&c->inbox));
-        for (unsigned i = 0; i < c->nworkers; i++) {
+        /* Each spare's state is read once, for both the count and its
+         * line: one that ends meanwhile is in neither or in both. */
+        uint32_t state[FERN_WORKERS_MAX + SPARES_MAX + RESCUE_SPARES_MAX];
+        unsigned nw = LOAD(&c->nworkers), live = 0, spares = 0;
+        for (unsigned i = 0; i < nw; i++)
+            if (worker_counts(c, i, &state[i])) {
+                live++;
+                spares += i >= c->nbase;
+            }
+        /* Idle counts listed workers, which are running ones; a spare that
+         * has just been counted out may still be listed for a moment. */
+        unsigned idle = LOAD_RELAXED(&c->nidle);
+        if (idle > live)
+            idle = live;
+        fprintf(f, "cluster %p%s: %u workers", (void *)c, c == rt.dflt ? " (default)" : "", live);
+        if (spares)
+            fprintf(f, " (%u spare%s)", spares, spares == 1 ? "" : "s");
+        fprintf(f, ", %u idle, %u spinning, %u threads, inbox %u\n", idle,
+                LOAD_RELAXED(&c->nspinning), (unsigned)cluster_live(c), inbox_len(&c->inbox));
+        for (unsigned i = 0; i < nw; i++) {
             struct worker *w = c->workers[i];
             uint32_t q = LOAD_RELAXED(&w->rq_tail) - LOAD_RELAXED(&w->rq_head);
             fern_thread *nx = LOAD_RELAXED(&w->next);
-            if (i >= c->nbase && LOAD(&w->spare) != SPARE_RUNNING)
+            if (state[i] != SPARE_RUNNING)
                 continue;
-            fprintf(f, "  worker %u%s: runq %u, next %llu, pinned %u, timers %u, switches %llu, "
+            fprintf(f, "  worker %u%s: runq %u, next %llu, soon %u, pinned %u, timers %u, switches %llu, "
                        "steals %llu, sleeps %llu",
                     i, i >= c->nbase ? " (spare)" : "", q, nx ? (unsigned long long)nx->id : 0ull,
-                    tqueue_len(&w->pinned), LOAD_RELAXED(&w->timers.n),
+                    tqueue_len(&w->soon), tqueue_len(&w->pinned), LOAD_RELAXED(&w->timers.n),
                     (unsigned long long)LOAD_RELAXED(&w->n_switches),
                     (unsigned long long)LOAD_RELAXED(&w->n_steals),
                     (unsigned long long)LOAD_RELAXED(&w->n_sleeps));

@@ -114,6 +114,44 @@ static bool steal_head_fresh(struct worker *v)
 }
 
 
+/* Steal half of victim v's `soon` list (at least one thread): one to run,
+ * the rest onto w's ring, which is empty (the caller found nothing to run),
+ * in their order. They have run before, so the back-off for fresh threads
+ * does not apply. */
+static fern_thread *soon_steal(struct worker *w, struct worker *v, uint32_t *got)
+{
+    struct tqueue *q = &v->soon;
+    if (!tqueue_len(q))
+        return NULL;
+    spin_lock(&q->lock);
+    uint32_t n = q->n - q->n / 2;
+    if (n > RUNQ_SIZE)
+        n = RUNQ_SIZE;
+    fern_thread *head = q->head, *x = head;
+    for (uint32_t i = 1; i < n && x; i++)
+        x = x->link;
+    if (x) {
+        q->head = x->link;
+        if (!q->head)
+            q->tail = NULL;
+        x->link = NULL;
+        STORE_RELAXED(&q->n, q->n - n);
+    }
+    spin_unlock(&q->lock);
+    if (!x)
+        return NULL; /* emptied meanwhile */
+    *got = n;
+    /* Each link is read before its thread is queued: once in the ring, a
+     * thief may take and run it, and its link is reused. */
+    for (fern_thread *y = head->link, *nx; y; y = nx) {
+        nx = y->link;
+        runq_put(w, y);
+    }
+    STORE_RELAXED(&w->n_steals, w->n_steals + 1);
+    PROBE3(steal, head->id, w->index, v->index);
+    return head;
+}
+
 /* On entering the idle loop: judge the last steal (see above). */
 static void steal_judge(struct worker *w)
 {
@@ -148,7 +186,7 @@ static fern_thread *steal_some(struct worker *w, struct fern_cluster *c, unsigne
                 continue;
             max = 1;
         }
-        if ((t = runq_steal(w, v, max, &got)) != NULL) {
+        if ((t = runq_steal(w, v, max, &got)) != NULL || (t = soon_steal(w, v, &got)) != NULL) {
             w->steal.at = now ? now : fern_now_ns();
             w->steal.stolen_n = got;
             w->steal.exited = w->n_exited;
@@ -237,6 +275,18 @@ static fern_thread *watch_end(struct worker *w, struct fern_cluster *c)
     return t;
 }
 
+/* A worker of c leaves its idle loop for good (a spare that ends): if it
+ * held the poller (or anyone did who has let go since) and a thread still
+ * waits on a descriptor, wake an idle worker of c to take the role over
+ * (sched.h's "never left without an owner"). Its own release of the role
+ * (io_sleep) comes before the fence in cluster_wake. */
+static void worker_leave(struct fern_cluster *c)
+{
+    full_fence();
+    if (io_active() && !io_poll_owned())
+        cluster_wake(c);
+}
+
 fern_thread *find_work(struct worker *w)
 {
     struct fern_cluster *c = w->cluster;
@@ -258,6 +308,7 @@ fern_thread *find_work(struct worker *w)
             break;
         if (LOAD_RELAXED(&w->timers.n) && timers_run(w, fern_now_ns()))
             continue;
+        timers_help(w);
         if ((t = pick_next(w, false, true, true)) != NULL)
             break;
         unsigned nw = LOAD(&c->nworkers);
@@ -308,8 +359,10 @@ fern_thread *find_work(struct worker *w)
             if (!woken)
                 continue; /* no spin: look for work, then nap or sleep again */
         }
-        if (spare_end)
-            break; /* a spare with nothing to do ends (t is NULL) */
+        if (spare_end) {
+            worker_leave(c); /* a spare with nothing to do ends (t is NULL) */
+            break;
+        }
         spinning = true;
         ADD_RELAXED(&c->nspinning, 1);
         spin_until = fern_now_ns() + SPIN_NS;

@@ -36,6 +36,14 @@ static inline void run_after(struct worker *w)
         ring_leave(w);
 }
 
+/* Make w's next pick_next look at its `soon` list: that look is part of
+ * the every-61-ticks block, so the switch paths pay nothing for it while
+ * the list is empty; a push moves the tick to just before the block. */
+static inline void soon_rearm(struct worker *w)
+{
+    w->tick += 60 - w->tick % 61;
+}
+
 /* Pick the next thread to run without blocking; NULL if none. Inlined into
  * the switch paths: it is on every park and yield. `owned` as in runq_get.
  * `batch`: the caller holds no lock, so an empty ring may be refilled from
@@ -53,6 +61,20 @@ static inline __attribute__((always_inline)) fern_thread *pick_next(struct worke
     if (unlikely(tick % 61 == 0)) {
         if (LOAD_RELAXED(&w->timers.n))
             timers_run(w, fern_now_ns());
+        if (!w->alone)
+            timers_help(w);
+        if (tqueue_len(&w->soon)) {
+            if (w->soon_streak < SOON_STREAK_MAX && (t = tqueue_pop(&w->soon)) != NULL) {
+                w->soon_streak++;
+                if (tqueue_len(&w->soon))
+                    soon_rearm(w);
+                return t;
+            }
+            /* This pick is the hand-off slot's or the ring's; the next one
+             * is `soon`'s again. */
+            w->soon_streak = 0;
+            soon_rearm(w);
+        }
         if ((t = tqueue_pop(&w->pinned)) != NULL)
             return t;
         if ((t = inbox_pop(&w->cluster->inbox)) != NULL)
@@ -72,6 +94,8 @@ static inline __attribute__((always_inline)) fern_thread *pick_next(struct worke
     if ((t = runq_get(w, owned, prefetch)) != NULL)
         return t;
     if ((t = tqueue_pop(&w->pinned)) != NULL)
+        return t;
+    if ((t = tqueue_pop(&w->soon)) != NULL) /* its streak was over */
         return t;
     if (LOAD_RELAXED(&w->next) && (t = __atomic_exchange_n(&w->next, NULL, __ATOMIC_ACQ_REL)))
         return t;

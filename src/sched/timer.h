@@ -20,6 +20,8 @@ struct timer_heap {
     uint32_t lock;
     uint32_t n, cap;
     struct timer **v;
+    int64_t due;    /* the earliest deadline, 0 if none: stored under the
+                     * lock, read relaxed by other workers (timers_help) */
 };
 void timer_add(struct worker *w, struct timer *t);
 void timer_cancel(struct timer *t);
@@ -28,6 +30,8 @@ int timers_run(struct worker *w, int64_t now);
 /* Earliest deadline, FERN_FOREVER if none. */
 int64_t timers_next(struct worker *w);
 void timers_free(struct worker *w);
+/* Fire the due timers of another worker of w's cluster (timer.c). */
+void timers_help(struct worker *w);
 
 
 /* Move every timer of `from` into `to`'s heap. */

@@ -37,6 +37,8 @@
 
 #define RUNQ_SIZE 4096u
 #define NEXT_STREAK_MAX 32u
+#define SOON_STREAK_MAX 8u
+enum { WAKE_DIRECT = 0, WAKE_TIMER = 1, WAKE_POLL = 2 };
 
 typedef void (*after_fn)(struct worker *w, fern_thread *prev, void *arg);
 
@@ -92,6 +94,13 @@ struct worker {
     uint32_t *bias_busy;        /* bias_busy(bias_tag), kept: deriving it on
                                  * each operation made the condvar
                                  * producer/consumer 2.5 ns slower */
+    struct tqueue soon;         /* woken by a timer here: run before the
+                                 * ring (sched.h's opening, `soon`) */
+    uint32_t soon_streak;       /* threads taken from `soon` in a row */
+    uint32_t help_next;         /* whose timers timers_help looks at next */
+    uint8_t wake_from;          /* WAKE_TIMER while firing timers, WAKE_POLL
+                                 * while dispatching events: where a thread
+                                 * readied now goes (sched_ready) */
     /* run queue: head taken by CAS (owner and thieves), tail owner-only */
     uint32_t rq_head __attribute__((aligned(64)));
     uint32_t rq_tail;

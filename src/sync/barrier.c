@@ -17,7 +17,7 @@ int fern_barrier_destroy(fern_barrier *b)
 {
     if (!b)
         return EINVAL;
-    return queue_busy_p(false, &b->lock_, &b->waiters_);
+    return queue_destroy(&b->lock_, &b->waiters_, NULL);
 }
 
 int fern_barrier_wait(fern_barrier *b)

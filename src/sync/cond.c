@@ -40,12 +40,21 @@ int fern_cond_destroy(fern_cond *c)
 {
     if (!c)
         return EINVAL;
-    struct caller me;
-    caller_get(&me);
-    bool plain = bias_enter(&c->bias_, &me);
-    int r = queue_busy_p(plain, &c->lock_, &c->waiters_);
-    bias_end(&me);
-    return r;
+    /* EBUSY while a waiter is blocked on c; wait while one that timed out
+     * is still linked (it relocks c to unlink itself: its last access to
+     * c). A woken waiter was unlinked by its waker and only uses its mutex
+     * from then on, so destroy may follow the last signal or broadcast. */
+    for (unsigned n = 0;; destroy_backoff(&n)) {
+        struct caller me;
+        caller_get(&me);
+        bool plain = bias_enter(&c->bias_, &me);
+        qlock(plain, &c->lock_);
+        int st = waitq_state(&c->waiters_);
+        qunlock(plain, &c->lock_);
+        bias_end(&me);
+        if (st != WQ_LEAVING)
+            return st == WQ_BLOCKED ? EBUSY : 0;
+    }
 }
 
 /* Under c's lock: queue wt, a waiter using m, timed or not, keeping what a
@@ -99,7 +108,7 @@ static inline __attribute__((always_inline)) int cond_wait(fern_cond *c, fern_mu
     wt.data = m; /* a broadcast may move us onto m's queue */
     cond_push(c, &wt, m, deadline_ns != FERN_FOREVER);
     /* Count ourselves in m until we hold it again (the destroy rule). */
-    users_add(pm, m, 1);
+    users_add(pm, m, 1, true);
     mutex_release_owned(m, pm, self);
     wait_note_t(t, "cond", c);
     /* Ends the operation. */
@@ -117,7 +126,7 @@ static inline __attribute__((always_inline)) int cond_wait(fern_cond *c, fern_mu
         /* Moved to m by a broadcast and handed m: we own it. */
         caller_get(&me);
         pm = bias_enter(&m->bias_, &me);
-        users_add(pm, m, -1);
+        users_add(pm, m, -1, true);
         bias_end(&me);
         return 0;
     }

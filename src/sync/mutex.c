@@ -59,14 +59,27 @@ int fern_mutex_destroy(fern_mutex *m)
 {
     if (!m)
         return EINVAL;
-    struct caller me;
-    caller_get(&me);
-    bool plain = bias_enter(&m->bias_, &me);
-    qlock(plain, &m->lock_);
-    bool busy = LOAD(&m->state_) != 0 || m->users_ != 0 || !waitq_empty(&m->waiters_);
-    qunlock(plain, &m->lock_);
-    bias_end(&me);
-    return busy ? EBUSY : 0;
+    /* EBUSY if held (state_ is 0 only while m is free: a locker's exchange
+     * of 2 that returns 0 makes it the owner), if a locker is blocked in
+     * the queue, or if a condition waiter uses m (cwait_). Wait while a
+     * locker is leaving or competing again (users_, or a timed-out waiter
+     * still linked). A thread's last access is a CAS of state_ (a fast
+     * unlock) or the release of lock_. */
+    for (unsigned n = 0;; destroy_backoff(&n)) {
+        struct caller me;
+        caller_get(&me);
+        bool plain = bias_enter(&m->bias_, &me);
+        qlock(plain, &m->lock_);
+        int st = waitq_state(&m->waiters_);
+        bool busy = LOAD(&m->state_) != 0 || m->cwait_ != 0 || st == WQ_BLOCKED;
+        bool leaving = m->users_ != 0 || st == WQ_LEAVING;
+        qunlock(plain, &m->lock_);
+        bias_end(&me);
+        if (busy)
+            return EBUSY;
+        if (!leaving)
+            return 0;
+    }
 }
 
 /* The lock after a failed first attempt, as an operation of its own. It
@@ -78,10 +91,12 @@ int fern_mutex_destroy(fern_mutex *m)
  *
  * users_ (the destroy rule, wait.c): a locker counts itself from its first
  * queueing until its last access to m, since a waiter woken to compete again
- * is in no queue and does not hold m. `counted` says it is counted already
- * (a condition waiter re-locking its mutex, see fern_cond_timedwait). */
+ * is in no queue and does not hold m. `counted` says it is counted already,
+ * in cwait_ (a condition waiter re-locking its mutex, see
+ * fern_cond_timedwait); cw remembers which count it leaves. */
 __attribute__((noinline)) int mutex_lock_slow(fern_mutex *m, int64_t deadline, bool counted)
 {
+    const bool cw = counted;
     struct caller mine, *me = &mine;
     caller_get(me);
     void *self = caller_self(me); /* the same after a park */
@@ -102,7 +117,7 @@ __attribute__((noinline)) int mutex_lock_slow(fern_mutex *m, int64_t deadline, b
             if (LOAD_RELAXED(&m->state_) == 0 && CAS(&m->state_, &z, 1)) {
                 STORE_RELAXED(&m->owner_, self);
                 if (counted)
-                    users_add(plain, m, -1);
+                    users_add(plain, m, -1, cw);
                 bias_end(me);
                 return 0;
             }
@@ -115,7 +130,7 @@ __attribute__((noinline)) int mutex_lock_slow(fern_mutex *m, int64_t deadline, b
         int64_t now = fern_now_ns();
         if (deadline != FERN_FOREVER && now >= deadline) {
             if (counted)
-                users_add(plain, m, -1);
+                users_add(plain, m, -1, cw);
             bias_end(me);
             return ETIMEDOUT;
         }
@@ -166,19 +181,19 @@ __attribute__((noinline)) int mutex_lock_slow(fern_mutex *m, int64_t deadline, b
             /* The deadline passed, but the mutex may be free right now. */
             if (xchg_p(plain, &m->state_, 2) == 0)
                 break;
-            users_add(plain, m, -1);
+            users_add(plain, m, -1, cw);
             bias_end(me);
             return ETIMEDOUT;
         }
         if (wt.p->result == 1) {
-            users_add(plain, m, -1);
+            users_add(plain, m, -1, cw);
             bias_end(me);
             return 0; /* handed over: unlock made us the owner */
         }
     }
     STORE_RELAXED(&m->owner_, self);
     if (counted)
-        users_add(plain, m, -1);
+        users_add(plain, m, -1, cw);
     bias_end(me);
     return 0;
 }

@@ -41,15 +41,26 @@ static inline bool cas_p(bool plain, uint32_t *p, uint32_t expect, uint32_t v)
     return CAS(p, &expect, v);
 }
 
-/* m->users_ changes, and destroy reads it, under m's queue lock. A thread
- * counted there hands over to state_ and back (it is counted before it
- * releases m for a condition wait, and until after it holds m again), so
- * one of the two always shows it; reading both under the lock, a destroyer
- * cannot see the one before a hand-over and the other after it. */
-static inline void users_add(bool plain, fern_mutex *m, int32_t d)
+/* m->users_ and m->cwait_ change, and destroy reads them, under m's queue
+ * lock. users_ counts a locker from its first queueing until its last
+ * access to m: a waiter woken to compete again is in no queue and does not
+ * hold m, and one that timed out still unlinks itself and tries state_ once
+ * more. cwait_ counts a condition waiter from before it releases m until
+ * after it holds m again. A thread counted in either hands over to state_
+ * and back, so one of them always shows it; reading all under the lock, a
+ * destroyer cannot see the one before a hand-over and the other after it.
+ * Destroy (the destroy rule, wait.c) waits while users_ is not 0 (such a
+ * thread either gets m, and destroy then says EBUSY, or leaves) but says
+ * EBUSY for cwait_: a condition waiter may stay blocked on its condition
+ * for ever, and once woken it is about to hold m anyway. `cw` picks the
+ * count: a constant, or mutex_lock_slow's record of where it is counted. */
+static inline void users_add(bool plain, fern_mutex *m, int32_t d, bool cw)
 {
     qlock(plain, &m->lock_);
-    m->users_ += (uint32_t)d;
+    if (cw)
+        m->cwait_ += (uint32_t)d;
+    else
+        m->users_ += (uint32_t)d;
     qunlock(plain, &m->lock_);
 }
 
@@ -62,7 +73,7 @@ static inline __attribute__((always_inline)) int mutex_lock_open(fern_mutex *m, 
     if (likely(cas_p(plain, &m->state_, 0, 1))) {
         STORE_RELAXED(&m->owner_, caller_self(me));
         if (counted)
-            users_add(plain, m, -1);
+            users_add(plain, m, -1, true);
         bias_end(me);
         return 0;
     }

@@ -58,11 +58,20 @@ int fern_rwlock_destroy(fern_rwlock *rw)
 {
     if (!rw)
         return EINVAL;
-    spin_lock(&rw->lock_);
-    bool busy = rw->readers_ || rw->writer_ || !waitq_empty(&rw->readq_) ||
-                !waitq_empty(&rw->writeq_);
-    spin_unlock(&rw->lock_);
-    return busy ? EBUSY : 0;
+    /* Held, or a thread blocked: EBUSY. A writer that timed out is still
+     * linked until it relocks rw to unlink itself (and maybe admit the
+     * readers it held back, who then hold rw): wait for it. A woken waiter
+     * was granted the lock before its wake-up, so it shows as a holder. */
+    for (unsigned n = 0;; destroy_backoff(&n)) {
+        spin_lock(&rw->lock_);
+        int rs = waitq_state(&rw->readq_), ws = waitq_state(&rw->writeq_);
+        bool held = rw->readers_ || rw->writer_;
+        spin_unlock(&rw->lock_);
+        if (held || rs == WQ_BLOCKED || ws == WQ_BLOCKED)
+            return EBUSY;
+        if (rs == WQ_IDLE && ws == WQ_IDLE)
+            return 0;
+    }
 }
 
 /* Under lock_, with no writer: admit every queued reader. Returns the

@@ -23,7 +23,7 @@ int fern_sem_destroy(fern_sem *s)
 {
     if (!s)
         return EINVAL;
-    return queue_busy_p(false, &s->lock_, &s->waiters_);
+    return queue_destroy(&s->lock_, &s->waiters_, NULL);
 }
 
 static int sem_take(fern_sem *s, int64_t deadline, bool try_only)

@@ -26,15 +26,12 @@ int fern_chan_send_body(fern_chan *ch, const void *elem);
 int fern_chan_recv_body(fern_chan *ch, void *elem);
 int fern_cond_wait_body(fern_cond *c, fern_mutex *m);
 
-/* EBUSY while anyone waits on q (guarded by *lock, or plain). */
-static inline int queue_busy_p(bool plain, uint32_t *lock, const fern_waitq *q)
-{
-    qlock(plain, lock);
-    bool busy = !waitq_empty(q);
-    qunlock(plain, lock);
-    return busy ? EBUSY : 0;
-}
-
+/* The destroy of an object whose only inhabitants are waiters on q
+ * (guarded by *lock) and, if count is not NULL, the users a nonzero *count
+ * stands for (a wait group's; read under the lock): EBUSY while a thread is
+ * blocked on it or *count is not 0, a wait while threads are only leaving q
+ * (the destroy rule, wait.c), 0 once it is idle. */
+int queue_destroy(uint32_t *lock, const fern_waitq *q, const int64_t *count);
 
 /* ---- what sync/ needs from the layers above ---- */
 /* Under ThreadSanitizer the handler cannot redirect the thread (it gets a

@@ -172,6 +172,14 @@ struct waiter *waitq_claim_all(fern_waitq *q);
  * returns how many. */
 int waiters_release(struct waiter *chain, int result);
 static inline bool waitq_empty(const fern_waitq *q) { return q->head == NULL; }
+/* Under q's lock, for *_destroy (the destroy rule, wait.c): WQ_BLOCKED if a
+ * linked waiter still waits, else WQ_LEAVING if waiters that are leaving
+ * (timed out, or their select fired elsewhere) are linked, else WQ_IDLE. */
+enum { WQ_IDLE, WQ_LEAVING, WQ_BLOCKED };
+int waitq_state(const fern_waitq *q);
+/* One round of a destroy's wait for leaving threads; *n counts the rounds
+ * (start at 0). The caller holds no lock and has ended its operation. */
+void destroy_backoff(unsigned *n);
 
 
 /* The post-switch action of an untimed park under one spin lock or none

@@ -18,10 +18,7 @@ int fern_wg_destroy(fern_wg *wg)
 {
     if (!wg)
         return EINVAL;
-    spin_lock(&wg->lock_);
-    bool busy = wg->count_ != 0 || !waitq_empty(&wg->waiters_);
-    spin_unlock(&wg->lock_);
-    return busy ? EBUSY : 0;
+    return queue_destroy(&wg->lock_, &wg->waiters_, &wg->count_);
 }
 
 int fern_wg_add(fern_wg *wg, int64_t delta)

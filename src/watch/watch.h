@@ -33,6 +33,11 @@ int64_t preempt_slice_start(struct worker *w, uint64_t switches);
 /* Rebuild the table of application code if libraries came or went
  * (monitor thread). */
 void preempt_refresh(void);
+/* FERN_PREEMPT_LIBS's syntax (runtime/config.c): 0 if `list` is valid, 1 if
+ * it is malformed, 2 if it names a runtime library that is never preempted. */
+int preempt_libs_check(const char *list);
+/* One line on f: what preemption may interrupt (fern_dump). */
+void preempt_dump(FILE *f);
 /* Kernel task tid is asleep in the kernel (/proc state S or D). */
 bool task_sleeping(int tid);
 
