@@ -26,6 +26,9 @@
  *                        as jump_return wrappers of their *_body functions
  *                        (docs/switch.md); 0: each body's own file defines
  *                        the public call as a plain call of it
+ *   ARCH_STACK_WALK      1 if <arch>/walk.c has arch_stack_walk (below): the
+ *                        return addresses of a parked green thread, for
+ *                        the deadlock reports; 0: they show no backtrace
  *   ARCH_PREEMPT         1 if <arch>/preempt.S has fern_preempt_tramp; the
  *                        arch header then also has arch_preempt_init()
  *                        (size the save area), arch_preempt_frame() (stack
@@ -36,8 +39,9 @@
  *
  * and its <arch>/switch.S defines fern_ctx_switch, fern_ctx_entry and
  * fern_ctx_start with the contracts below; <arch>/syscall.h has the raw
- * system call fern-hook makes (syscall.h). Adding an architecture means a
- * directory here with those files. Page size is not here: it is
+ * system call fern-hook makes (syscall.h), and walk.c, if ARCH_STACK_WALK,
+ * arch_stack_walk. Adding an architecture means a directory here with
+ * those files. Page size is not here: it is
  * read from sysconf at run time (stack/stack.c), never assumed.
  */
 #ifndef FERN_ARCH_H
@@ -64,6 +68,15 @@ void thread_entry(void *from, fern_thread *self) __attribute__((noreturn));
 #include "arch/aarch64/arch.h"
 #else
 #error "fern runs on x86_64 and aarch64 only"
+#endif
+
+#if ARCH_STACK_WALK
+/* The return addresses of a parked thread, innermost first (pcs[0]: where
+ * fern_ctx_switch returns to), from the frame it saved at `saved` (its sp),
+ * staying inside its stack [lo, hi); at most max. *how names the walk
+ * ("libunwind", or why the frame-pointer chain was walked instead). */
+unsigned arch_stack_walk(const void *saved, uintptr_t lo, uintptr_t hi, uintptr_t *pcs, unsigned max,
+                         const char **how);
 #endif
 
 #endif

@@ -12,6 +12,7 @@
  *   clock.c       fern_now_ns, the one clock
  *   errno.c       errno read and written safely across a switch
  *   config.h      the settings every layer reads (loaded by runtime/config.c)
+ *   probes.h      USDT probes (provider "fern"), fired by sched/ and thread/
  * Below it is only arch/ (arch/arch.h: what a CPU must provide).
  */
 #ifndef FERN_BASE_H

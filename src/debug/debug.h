@@ -5,7 +5,7 @@
  *               per-worker signal stacks
  *   crash.c     the crash report and the dump-signal thread
  *   debugmap.c  the layout a debugger reads (the gdb extension, gdb/)
- *   probes.h    USDT probes
+ * The USDT probes are fired from the layers below: base/probes.h.
  */
 #ifndef FERN_DEBUG_H
 #define FERN_DEBUG_H

@@ -14,7 +14,7 @@
 #ifndef FERN_IO_H
 #define FERN_IO_H
 
-#include "thread/thread.h"
+#include "sync/sync.h"
 
 #include <sys/epoll.h>
 

@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Making a thread runnable: a wake-up (sched_ready: into the waker's
- * hand-off slot, or behind its queue: sched_ready_tail), a new thread
- * (sched_spawned), and a thread moving to another cluster (fern_migrate).
+ * hand-off slot, or behind its queue: sched_ready_tail; one a timer or an
+ * event woke: ready_from, the soon list or the ring's tail) and a new
+ * thread (sched_spawned). A thread moving to another cluster parks first:
+ * fern_migrate is switch.c's.
  */
 #include "sched/sched.h"
 #include "sched/switch.h"
-#include "debug/probes.h"
+#include "base/probes.h"
 
 static void ready_last(struct worker *w, fern_thread *t);
 

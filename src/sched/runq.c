@@ -4,7 +4,7 @@
  * making a one-worker ring shared (the monitor), stealing half a ring.
  */
 #include "sched/sched.h"
-#include "debug/probes.h"
+#include "base/probes.h"
 
 /* Move half of a full ring plus t to the inbox, so a burst of spawns does not
  * stay on one worker. */

@@ -4,20 +4,23 @@
  *   worker.h   the data model (runtime, cluster, worker, the queues'
  *              structs) and worker_self
  *   desc.h     the green thread's descriptor
- *   tqueue.h   the thread queue (a worker's pinned list)
+ *   tqueue.h   the thread queue (a worker's pinned and soon lists)
  *   inbox.c    the cluster inbox (inbox.h)
  *   runq.c     the worker's ring run queue (runq.h)
  *   switch.c   leaving the CPU: picking the next thread, switching,
- *              parking, exiting, yielding
- *   ready.c    making a thread runnable: hand-off, spawn, migration
- *   idle.c     sleeping and waking idle workers (no lost wake-ups)
+ *              parking, exiting, yielding, migrating (switch.h: what the
+ *              idle loop shares of it)
+ *   ready.c    making a thread runnable: wake-ups, hand-offs, the soon
+ *              list, spawns
+ *   idle.c     sleeping and waking idle workers (no lost wake-ups; idle.h)
  *   steal.c    the idle path's search: spinning, stealing, watching other
- *              workers' hand-offs
+ *              workers' hand-offs (steal.h)
  *   worker.c   a worker's kernel thread and its main loop
  *   cluster.c  clusters: start, stop, the fern_cluster_* calls
  *   spare.c    compensation workers and rescuing a stuck worker's queue
  *   stats.c    the scheduler's part of fern_stats and fern_dump
- *   timer.c    per-worker timer heaps (timer.h)
+ *   timer.c    per-worker timer heaps, and firing another worker's due
+ *              timers (timer.h)
  * The design of the scheduler as a whole follows.
  *
  * Where a runnable thread can be:

@@ -21,7 +21,7 @@
  */
 #include "sched/sched.h"
 #include "sched/switch.h"
-#include "debug/probes.h"
+#include "base/probes.h"
 
 #include <sched.h>
 

@@ -6,7 +6,7 @@
 #ifndef FERN_STACK_SLAB_H
 #define FERN_STACK_SLAB_H
 
-#include "sched/sched.h"
+#include "stack/stack.h"
 
 #ifndef MADV_GUARD_INSTALL
 #define MADV_GUARD_INSTALL 102

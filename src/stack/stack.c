@@ -19,6 +19,7 @@
  * under it; trims is a relaxed counter, for fern_stats.
  */
 #include "stack/slab.h"
+#include "sched/sched.h"
 
 #include <stdio.h>
 #include <sys/mman.h>

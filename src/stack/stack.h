@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * stack/: green-thread stacks. stack.c carves them from slabs with a guard
- * below each (madvise, mprotect or canary mode), pools them per worker in
- * size classes, trims idle ones and binds one to a thread at its first
- * run. Used by the scheduler (binding, the canary check at each switch,
+ * stack/: green-thread stacks. slab.c carves them from slabs with a guard
+ * below each (madvise, mprotect or canary mode); stack.c pools them per
+ * worker in size classes, trims idle ones and binds one to a thread at its
+ * first run; slab.h is what the two share. Used by the scheduler (binding, the canary check at each switch,
  * trimming when idle), thread/ (spawn) and debug/ (overflow reports).
+ * This header is below sched/ (struct worker embeds the caches); stack.c,
+ * which works on a worker's caches and requeues starved threads, includes
+ * sched/sched.h. slab.c (the memory and guards) needs only this header.
  */
 #ifndef FERN_STACK_H
 #define FERN_STACK_H

@@ -26,7 +26,7 @@
  */
 #include "thread/thread.h"
 #include "io/hookapi.h"
-#include "debug/probes.h"
+#include "base/probes.h"
 
 #include <stdio.h>
 #include <unistd.h>

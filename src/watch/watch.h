@@ -5,7 +5,10 @@
  *               rescue, preemption requests, the deadlock watch's clock
  *   preempt.c   asynchronous preemption: per-worker CPU-time ticks and the
  *               signal handler that redirects a thread to yield
- *   deadlock.c  the deadlock detector
+ *   deadlock.c  the deadlock detector (its reports' symbols and
+ *               backtraces: backtrace.c)
+ *   preemptible.c  which code preemption may interrupt (preempt.c's table)
+ * parts.h holds watch/'s parts of struct worker.
  */
 #ifndef FERN_WATCH_H
 #define FERN_WATCH_H

@@ -142,6 +142,10 @@ static inline bool arch_preempt_redirect(void *ucv)
  * calls as plain calls of their bodies. */
 #define ARCH_JUMP_RETURN 0
 
+/* No walk of a parked stack yet: the saved frame is not described for
+ * debuggers either (ARCH_DEBUG_FRAME). */
+#define ARCH_STACK_WALK 0
+
 /* fern never enables the Guarded Control Stack (Arm's shadow stack), and
  * Linux only turns it on at a process's own request. */
 static inline bool arch_shadow_stack_active(void) { return false; }

@@ -133,6 +133,9 @@ static inline bool arch_preempt_redirect(void *ucv)
  * and fern_cond_wait as jump_return wrappers of their *_body functions. */
 #define ARCH_JUMP_RETURN 1
 
+/* walk.c walks a parked thread's stack (libunwind, else frame pointers). */
+#define ARCH_STACK_WALK 1
+
 /* arch_prctl(ARCH_SHSTK_STATUS) (Linux 6.6+, not in older headers) reports
  * the shadow-stack features enabled for this thread; bit 0 is the shadow
  * stack itself. Older kernels fail the call: no shadow stack then. */
