@@ -108,9 +108,19 @@ fern_thread *inbox_pop(struct inbox *q)
 }
 
 /* Out of line: inlined into sched_ready, it made every hand-off on a
- * worker save and restore more registers (6 instructions a wake-up). */
+ * worker save and restore more registers (6 instructions a wake-up).
+ * A sleeper whose timer the monitor fired (the owner had not switched for
+ * a tick: fern_tls_firing_) goes to the inbox's front, not behind what a
+ * rescue moved there: the monitor holds rt.boot_lock, so c stays while
+ * cluster_wake runs after the push. */
 __attribute__((noinline)) void inbox_push_wake(struct fern_cluster *c, fern_thread *t)
 {
+    if (unlikely(fern_tls_firing_)) {
+        STORE_RELAXED(&t->run_state, T_RUNNABLE);
+        inbox_push_front(&c->inbox, t, t, 1);
+        cluster_wake(c);
+        return;
+    }
     inbox_push(c, t, false);
 }
 

@@ -64,7 +64,8 @@
  *                 clusters, migrations and spills. Checked when the local
  *                 queue is empty (then, unless the taker holds a lock, a
  *                 share of it moves to the ring: inbox_take) and every 61
- *                 ticks, so it cannot starve.
+ *                 ticks, so it cannot starve. A sleeper whose timer the
+ *                 monitor fired goes to its front (inbox_push_wake).
  *
  * Switching: a thread that stops running (yield, park, exit, migrate) picks
  * its successor itself and switches straight to it; only when nothing is

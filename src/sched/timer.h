@@ -30,6 +30,10 @@ int timers_run(struct worker *w, int64_t now);
 /* Earliest deadline, FERN_FOREVER if none. */
 int64_t timers_next(struct worker *w);
 void timers_free(struct worker *w);
+/* Set while a kernel thread that is not a worker (the monitor) fires
+ * timers: the sleepers go to the front of their cluster's inbox
+ * (inbox.c: inbox_push_wake). */
+extern __thread bool fern_tls_firing_ __attribute__((tls_model("initial-exec"), visibility("hidden")));
 /* Fire the due timers of another worker of w's cluster (timer.c). */
 void timers_help(struct worker *w);
 
