@@ -91,7 +91,7 @@ bench-hooks: build
 	python3 bench/hooks.py --build-dir build/release
 
 format:
-	clang-format -i include/fern/*.h include/fern/*.hpp src/*.c src/*.h tests/*.cc tests/*.h tests/stress/*.cc examples/*.c examples/*.h bench/*.c
+	clang-format -i include/fern/*.h include/fern/*.hpp include/fern/cxx/*.hpp src/*.c src/*.h tests/*.cc tests/*.h tests/stress/*.cc examples/*.c examples/*.h bench/*.c
 
 lint:
 	cmake -S . -B build/lint $(GEN) -DCMAKE_EXPORT_COMPILE_COMMANDS=ON -DFERN_BUILD_BENCH=OFF
