@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * libFuzzer target for fern-memcached's binary protocol framing
- * (examples/memcached/binary_parse.c; built and run by run.sh).
+ * (apps/memcached/binary_parse.c; built and run by tests/fuzz/run.sh).
  *
  * The input is walked as a stream of requests the way the server walks it
  * (header, then skip the body) from a buffer of exactly its size, so ASan
@@ -15,7 +15,7 @@
  *  - the integer helpers round-trip;
  *  - the walk always advances and ends.
  */
-#include "../../examples/memcached/binary_parse.h"
+#include "../../binary_parse.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * libFuzzer target for fern-memcached's ASCII command parser
- * (examples/memcached/ascii_parse.c; built and run by run.sh).
+ * (apps/memcached/ascii_parse.c; built and run by tests/fuzz/run.sh).
  *
  * The input is read as a stream of command lines, split on '\n' with a
  * trailing '\r' removed as the server does; each line is copied into a
@@ -13,7 +13,7 @@
  *    mc_next_key yields exactly nkeys keys and terminates, a value length
  *    is at most MC_VALUE_LEN_MAX, and the operation is a known one.
  */
-#include "../../examples/memcached/ascii_parse.h"
+#include "../../ascii_parse.h"
 
 #include <stdint.h>
 #include <stdlib.h>

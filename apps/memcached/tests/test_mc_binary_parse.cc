@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Unit tests of fern-memcached's binary protocol framing
-// (examples/memcached/binary_parse.c), compiled into this suite directly.
-#include "../examples/memcached/binary_parse.c"
+// (apps/memcached/binary_parse.c), compiled into this suite directly.
+#include "../binary_parse.c"
 
 #include <gtest/gtest.h>
 

@@ -9,7 +9,7 @@
 // 1.4 s beside two spinners, hence kLatenessScale): they fail when a sleeper is stranded
 // for the whole run; whether preemption (not compensation) did the work is
 // checked by the preemption counter. The tight targets are in
-// bench/fern_preempt.c.
+// bench/fern/preempt.c.
 #include "fern_test.h"
 #include "preempt_prodcons.h"
 

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-# fern-memcached and its end-to-end tests. Included from examples/servers.cmake.
+# fern-memcached and its end-to-end tests. Included from apps/memcached/CMakeLists.txt.
 set(FERN_MC_DIR ${CMAKE_CURRENT_LIST_DIR})
 add_executable(fern-memcached
   ${FERN_MC_DIR}/main.c ${FERN_MC_DIR}/cmdline.c ${FERN_MC_DIR}/store.c
@@ -14,7 +14,7 @@ target_compile_options(fern-memcached PRIVATE -Wall -Wextra -Werror)
 # memccapable is Debian `libmemcached-tools`; .ci/run installs both). A
 # missing program fails the test: none of them skips.
 if(BUILD_TESTING)
-  set(FERN_MC_CHECK ${CMAKE_SOURCE_DIR}/tests/servers/memcached_check.py)
+  set(FERN_MC_CHECK ${FERN_MC_DIR}/tests/memcached_check.py)
   find_program(FERN_MEMCACHED_REFERENCE memcached)
   if(NOT FERN_MEMCACHED_REFERENCE)
     set(FERN_MEMCACHED_REFERENCE memcached)

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 // Unit tests of fern-memcached's ASCII command parser
-// (examples/memcached/ascii_parse.c), compiled into this suite directly.
+// (apps/memcached/ascii_parse.c), compiled into this suite directly.
 // The expected answers were checked against memcached 1.6 itself where
 // memcached is lenient or odd (noted below).
-#include "../examples/memcached/ascii_parse.c"
+#include "../ascii_parse.c"
 
 #include <gtest/gtest.h>
 

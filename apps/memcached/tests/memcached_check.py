@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 """End-to-end checks of fern-memcached, runnable against memcached itself.
 
-    memcached_check.py fern BIN        # examples/memcached (fern-memcached)
+    memcached_check.py fern BIN        # apps/memcached (fern-memcached)
     memcached_check.py memcached BIN   # the reference, to prove the checks
     memcached_check.py fern BIN --memccapable   # only memcached's own test
                                                 # client: memccapable -a, -b
@@ -17,7 +17,7 @@ vanishing mid-value leaving no item), stats fields, LRU eviction under -m (read 
 binary quiet commands and framing errors, 10,000 simultaneous connections each
 answered, the -c limit, the open-file limit and command-line misuse. Checks that depend on where
 fern-memcached differs from memcached on purpose (documented in
-examples/memcached/README.md) run for fern only. Every wait is bounded.
+apps/memcached/README.md) run for fern only. Every wait is bounded.
 """
 import os, re, resource, select, signal, socket, struct, subprocess, sys, time
 
