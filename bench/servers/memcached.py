@@ -28,14 +28,14 @@ Writes bench/results/memcached.json, memcached.md and memcached.png (when
 matplotlib is importable; Debian python3-matplotlib, so run it with
 /usr/bin/python3).
 
-    /usr/bin/python3 bench/memcached.py                  # 7 rounds: about 2 minutes
-    /usr/bin/python3 bench/memcached.py --rounds 1 --duration 2   # smoke
-    /usr/bin/python3 bench/memcached.py --md-only    # redraw from memcached.json
+    /usr/bin/python3 bench/servers/memcached.py            # 7 rounds: about 2 minutes
+    /usr/bin/python3 bench/servers/memcached.py --rounds 1 --duration 2   # smoke
+    /usr/bin/python3 bench/servers/memcached.py --md-only  # redraw from memcached.json
 """
 import argparse, datetime, json, os, platform, re, resource, shutil, signal, socket, statistics
 import subprocess, sys, time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # bench/
 ROOT = os.path.dirname(HERE)
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -53,7 +53,7 @@ def build(bin_path):
                    stdout=subprocess.DEVNULL)
     subprocess.run(["cmake", "--build", bdir, "--target", "fern-memcached", "-j", "2"], check=True,
                    stdout=subprocess.DEVNULL)
-    return os.path.join(bdir, "examples", "fern-memcached")
+    return os.path.join(bdir, "apps", "memcached", "fern-memcached")
 
 
 def free_port():
@@ -283,7 +283,7 @@ def markdown(d):
           "| value bytes | fern-memcached | memcached | fern / memcached |", "| --- | --- | --- | --- |"]
     for size, row in sorted(d["memory"].items(), key=lambda kv: int(kv[0])):
         L.append("| %s | %.0f B | %.0f B | %.2f |" % (size, row["fern"], row["memcached"], row["fern"] / row["memcached"]))
-    L += ["", "Driver: `bench/memcached.py`; raw runs in `memcached.json`; plot `memcached.png`.", ""]
+    L += ["", "Driver: `bench/servers/memcached.py`; raw runs in `memcached.json`; plot `memcached.png`.", ""]
     return "\n".join(L)
 
 
@@ -320,7 +320,7 @@ def plot(d, path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bin", default=os.path.join(ROOT, "build", "release", "examples", "fern-memcached"))
+    ap.add_argument("--bin", default=os.path.join(ROOT, "build", "release", "apps", "memcached", "fern-memcached"))
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--duration", type=int, default=5)
     ap.add_argument("--concurrency", type=int, default=64)
@@ -337,7 +337,7 @@ def main():
         return
     for tool in ("memcached", "memcaslap", "taskset"):
         if not shutil.which(tool):
-            sys.exit("bench/memcached.py: %s is not installed (Debian memcached, libmemcached-tools)" % tool)
+            sys.exit("bench/servers/memcached.py: %s is not installed (Debian memcached, libmemcached-tools)" % tool)
     fern_bin = build(args.bin)
     runs = {"fern": [], "memcached": []}
     for r in range(args.rounds):

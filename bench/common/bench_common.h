@@ -3,7 +3,7 @@
  * Helpers shared by the C and C++ benchmark programs (fern, pthread, boost).
  *
  * Every program prints lines `scenario runtime metric value unit` on stdout;
- * bench/run.py parses them. Diagnostics go to stderr.
+ * bench/tools/run.py parses them. Diagnostics go to stderr.
  */
 #ifndef FERN_BENCH_COMMON_H
 #define FERN_BENCH_COMMON_H

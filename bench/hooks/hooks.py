@@ -10,11 +10,11 @@ them at the end. Runs are interleaved so a noisy machine hurts every side
 alike; writes results/hooks.json and results/hooks.md with the load average
 seen, so a shared machine is visible in the figures.
 
-usage: python3 bench/hooks.py [--build-dir build/rel] [--runs 5]
+usage: python3 bench/hooks/hooks.py [--build-dir build/rel] [--runs 5]
 """
 import argparse, json, os, pwd, re, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # bench/
 
 
 def free_port():
@@ -173,7 +173,7 @@ def write(res):
     pn = med([x["ns_per_roundtrip"] for x in res["plain_nohook"]])
     cg = res.get("callgrind", {})
     lines = [
-        "# fern-hook benchmarks (bench/hooks.py)",
+        "# fern-hook benchmarks (bench/hooks/hooks.py)",
         "",
         "Median of %d interleaved runs on %d CPUs. Load average during the runs: %s (a load"
         " above the CPU count means the machine was shared and noisy: lateness figures suffer"

@@ -5,7 +5,7 @@
  * workers=1), then on a cluster of 2 workers (the two threads may run on
  * different workers; the scheduler decides).
  * Usage: fern_pingpong [N [W]]  N round trips; W = 1 or 2 runs only that part
- * (bench/run.py's callgrind count uses W = 1: with the fixed warm-up, the
+ * (bench/tools/run.py's callgrind count uses W = 1: with the fixed warm-up, the
  * difference of two run lengths is exactly the extra round trips). */
 #include "bench_common.h"
 

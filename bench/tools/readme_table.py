@@ -4,13 +4,13 @@
 
 The tables in README.md between `<!-- bench-table:begin -->` and
 `<!-- bench-table:end -->` are written by this script from
-bench/results/latest.json (bench/run.py) and bench/results/servers.json
-(bench/servers.py), so every figure in them is a median some run measured,
+bench/results/latest.json (bench/tools/run.py) and bench/results/servers.json
+(bench/servers/servers.py), so every figure in them is a median some run measured,
 and a re-run cannot leave a stale cell behind. A scenario or runtime that did
 not run shows "—"; the line under the tables says when each file was measured.
 
-    python3 bench/readme_table.py            # rewrite the section in README.md
-    python3 bench/readme_table.py --print    # print it instead
+    python3 bench/tools/readme_table.py          # rewrite the section in README.md
+    python3 bench/tools/readme_table.py --print  # print it instead
 """
 
 import argparse
@@ -18,9 +18,9 @@ import json
 import os
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # bench/
 ROOT = os.path.dirname(HERE)
-BEGIN = "<!-- bench-table:begin (bench/readme_table.py) -->"
+BEGIN = "<!-- bench-table:begin (bench/tools/readme_table.py) -->"
 END = "<!-- bench-table:end -->"
 PEERS = [("go", "Go"), ("java", "Java 25 VT"), ("boost", "Boost.Fiber"), ("pthread", "pthreads")]
 
@@ -179,7 +179,7 @@ def render(res):
     lines = [BEGIN, ""]
     lines += runtime_rows(res)
     lines += ["", "Cells: the median of the runs; (N×) = how many times better fern is than that peer "
-              "(below 1: fern loses). Measured by `bench/run.py` %s%s; other processes used at most %.1f%% "
+              "(below 1: fern loses). Measured by `bench/tools/run.py` %s%s; other processes used at most %.1f%% "
               "of the machine's CPU during any scenario."
               % ("on " + (dates[0] if len(dates) == 1 else "%s – %s" % (dates[0], dates[-1])) if dates else "",
                  (", " + desc) if desc else "", foreign), ""]
@@ -191,7 +191,7 @@ def render(res):
         lines += ["Servers: the server pinned to one core, the load generator on the other; fern runs one green "
                   "thread per connection in plain sequential code, on one worker.", ""]
         lines += s
-        lines += ["", "Measured by `bench/servers.py`, %d run(s) per server; other processes used %.0f%% of the "
+        lines += ["", "Measured by `bench/servers/servers.py`, %d run(s) per server; other processes used %.0f%% of the "
                   "machine's CPU meanwhile." % (srv.get("runs", 0), srv.get("other_cpu_pct", 0)), ""]
     lines.append(END)
     return "\n".join(lines)
