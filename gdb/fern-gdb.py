@@ -34,9 +34,22 @@ happy and the view right:
     stops a backtrace whose next frame is "inner" to (below) this one.
 A running green thread needs none of this: it is the stack of its worker's
 OS thread, which is selected instead.
+
+Loaded twice. gdb may run this file more than once in one session: the
+documented command (`set auto-load safe-path /` plus
+`add-auto-load-scripts-directory`) lets both the installed copy and the
+copy embedded in the library run, each in gdb's __main__ namespace, so the
+second one rebinds every name defined here. Nothing that matters is kept in
+those names: the takeover lives in one state object under sys.modules
+(_STATE_KEY), which every copy finds, and each load registers its unwinder,
+frame filter and commands again under the same names, replacing the
+previous copy's (gdb keeps one of each). So whichever copy's code runs, there
+is one unwinder, and the takeover a command sets is the one it reads.
 """
 
 import struct
+import sys
+import types
 
 import gdb
 import gdb.unwinder
@@ -56,6 +69,16 @@ _SAVED = ("rbp", "rbx", "r12", "r13", "r14", "r15")
 # unwind each, and a million-thread process should still answer.
 _WHERE_MAX = 1000
 _MAX_FRAMES = 256
+
+# The state shared by every copy of this file loaded into this gdb (see
+# "Loaded twice" above): takeover, the _Takeover in force or None.
+_STATE_KEY = "fern_gdb_state"
+_state = sys.modules.get(_STATE_KEY)
+if _state is None:
+    _state = types.ModuleType(_STATE_KEY, "fern gdb extension: state shared by its copies")
+    _state.takeover = None
+    _state.loads = 0
+    sys.modules[_STATE_KEY] = _state
 
 
 class GreenThread:
@@ -215,10 +238,9 @@ class _GreenUnwinder(gdb.unwinder.Unwinder):
 
     def __init__(self):
         super().__init__("fern")
-        self.takeover = None
 
     def __call__(self, pending):
-        tk = self.takeover
+        tk = _state.takeover
         if tk is None or pending.level() != tk.level:
             return None
         th = gdb.selected_thread()
@@ -246,16 +268,13 @@ class _HideHost:
         self.enabled = True
 
     def filter(self, frames):
-        tk = _unwinder.takeover
+        tk = _state.takeover
         if tk is None:
             return frames
         th = gdb.selected_thread()
         if th is None or th.global_num != tk.host:
             return frames
         return (f for f in frames if f.inferior_frame().level() > tk.level)
-
-
-_unwinder = _GreenUnwinder()
 
 
 def _first_real_level():
@@ -303,7 +322,7 @@ class _Inside:
             raise gdb.GdbError("fern: no thread selected")
         gdb.invalidate_cached_frames()
         level = _first_real_level()
-        _unwinder.takeover = _Takeover(host.global_num, level, regs)
+        _state.takeover = _Takeover(host.global_num, level, regs)
         gdb.invalidate_cached_frames()
         f = gdb.newest_frame()
         while f is not None and f.level() <= level:
@@ -315,8 +334,8 @@ class _Inside:
         return f
 
     def __exit__(self, *exc):
-        if _unwinder.takeover is not None:
-            _unwinder.takeover = None
+        if _state.takeover is not None:
+            _state.takeover = None
             gdb.invalidate_cached_frames()
         if self.old_thread is not None and self.old_thread.is_valid():
             self.old_thread.switch()
@@ -475,11 +494,11 @@ fern-thread apply all CMD...  run CMD in every green thread that has frames"""
             gdb.execute(cmd, from_tty)
 
 
-# Loaded once per gdb, however many copies are found (installed file and
-# the copy embedded in the library).
-if not getattr(gdb, "_fern_extension_loaded", False):
-    gdb._fern_extension_loaded = True
-    gdb.unwinder.register_unwinder(None, _unwinder, replace=True)
-    gdb.frame_filters["fern"] = _HideHost()
-    InfoFernThreads()
-    FernThread()
+# Every load registers this copy's unwinder, frame filter and commands,
+# replacing a previous copy's by name (see "Loaded twice" above): the
+# embedded copy, which matches the library, runs after the installed file.
+_state.loads += 1
+gdb.unwinder.register_unwinder(None, _GreenUnwinder(), replace=True)
+gdb.frame_filters["fern"] = _HideHost()
+InfoFernThreads()
+FernThread()

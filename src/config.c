@@ -110,7 +110,7 @@ static int stack_size_ok(size_t v) { return stack_class(v, NULL) >= 0; }
 
 int config_load(const fern_config *cfg, struct config *out)
 {
-    fern_config c = cfg ? *cfg : (fern_config){0, 0, 0};
+    fern_config c = cfg ? *cfg : (fern_config){0};
     char given[32];
     int r = 0;
 
@@ -175,9 +175,17 @@ int config_load(const fern_config *cfg, struct config *out)
 
     const char *d = env("FERN_DUMP_SIGNAL");
     n.dump_signal = SIGQUIT;
+    n.dump_signal_set = d != NULL;
     if (d && (n.dump_signal = crash_signal_parse(d)) < 0)
         return invalid("FERN_DUMP_SIGNAL", d,
                        "a signal name (QUIT, USR1, SIGUSR2, HUP, ...) or number, or off (0)");
+
+    static const char *const deadlock_choices[] = {"report", "fatal", "off", NULL};
+    n.deadlock = CONFIG_DEADLOCK_REPORT;
+    if ((r = env_choice("FERN_DEADLOCK", deadlock_choices,
+                        "report (the default), fatal (abort after the report) or off",
+                        &n.deadlock)))
+        return r;
 
     /* Preemption and the monitor's time slice (docs/preemption.md). */
     n.preempt = true;
@@ -216,6 +224,25 @@ int config_load(const fern_config *cfg, struct config *out)
                            "a signal name (URG, USR2, ...) or number other than SEGV, BUS, KILL, "
                            "STOP and FERN_DUMP_SIGNAL's (default URG)");
         n.preempt_signal = sig;
+    }
+
+    /* The shared libraries preempted besides the executable (preempt.c).
+     * An explicit list, "" included, does not read the variable. */
+    const char *libs = c.preempt_libs ? c.preempt_libs : env("FERN_PREEMPT_LIBS");
+    const char *libs_name = c.preempt_libs ? "fern_config.preempt_libs" : "FERN_PREEMPT_LIBS";
+    if (libs) {
+        int bad = preempt_libs_check(libs);
+        if (bad == 1 || strlen(libs) >= sizeof n.preempt_libs)
+            return invalid(libs_name, libs,
+                           "a colon-separated list of shared library file names (libfoo.so.1, or "
+                           "libfoo for any libfoo.so*) or absolute paths, without spaces or empty "
+                           "entries, at most 1023 bytes");
+        if (bad == 2)
+            return invalid(libs_name, libs,
+                           "libraries other than libc, the loader, libpthread, libdl, librt, "
+                           "libstdc++, libgcc_s, the sanitizer runtimes and fern's own (whose "
+                           "code is never preempted)");
+        strcpy(n.preempt_libs, libs);
     }
 
     *out = n;

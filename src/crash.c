@@ -20,8 +20,18 @@
  * which a signal handler must not, so the handler only writes one byte to
  * a pipe; a kernel thread asleep on that pipe does the dump. It is started
  * by fern_init and joined by fern_shutdown (before the runtime it walks is
- * torn down). A signal whose disposition the program already set (handler
- * or ignore) is left alone: the program owns it.
+ * torn down). A signal the program already handles is left alone: the
+ * program owns it.
+ *
+ * An ignored dump signal. Shells start a script's background jobs (`prog &`)
+ * with SIGINT and SIGQUIT ignored, and fern cannot tell that inherited
+ * SIG_IGN from a program's own. Taking the signal anyway would change what
+ * the program's exec'd children inherit (a handler becomes SIG_DFL across
+ * exec, SIG_IGN stays), so the default SIGQUIT is left ignored, and one line
+ * on stderr, once per process, says that kill -QUIT will print nothing and
+ * how to choose: FERN_DUMP_SIGNAL naming the signal explicitly takes it even
+ * when ignored (fern_shutdown gives SIG_IGN back), another signal avoids it,
+ * off silences both.
  */
 #include "internal.h"
 
@@ -170,15 +180,38 @@ int crash_signal_parse(const char *s)
     return -1;
 }
 
+/* The line about an ignored default dump signal (see the top). */
+static void say_ignored(int sig)
+{
+    static int said;
+    if (said)
+        return;
+    said = 1;
+    const char *name = sig_name(sig);
+    fprintf(stderr,
+            "fern: %s is ignored (as in a shell script's background job), so kill -%s will not "
+            "print fern_dump; FERN_DUMP_SIGNAL=%s takes it anyway, FERN_DUMP_SIGNAL=USR2 (or "
+            "another signal) uses another, FERN_DUMP_SIGNAL=off turns this off\n",
+            name, name + 3, name + 3);
+}
+
 static void dump_start(void)
 {
     if (D.sig)
         return; /* still running from an earlier fern_init that failed */
     int sig = config.dump_signal;
     struct sigaction cur;
-    if (!sig || sigaction(sig, NULL, &cur) ||
-        ((cur.sa_flags & SA_SIGINFO) ? cur.sa_sigaction != NULL : cur.sa_handler != SIG_DFL))
+    if (!sig || sigaction(sig, NULL, &cur))
         return;
+    if (!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_IGN) {
+        if (!config.dump_signal_set) {
+            say_ignored(sig);
+            return;
+        }
+        /* Named explicitly: taken; D.old keeps SIG_IGN for fern_shutdown. */
+    } else if ((cur.sa_flags & SA_SIGINFO) ? cur.sa_sigaction != NULL : cur.sa_handler != SIG_DFL) {
+        return;
+    }
     if (pipe2(D.fd, O_CLOEXEC))
         return;
     fcntl(D.fd[1], F_SETFL, O_NONBLOCK);

@@ -16,7 +16,7 @@
  * timer) can wake any of them. A cycle is reported when two consecutive
  * scans find it (the reads are not one atomic snapshot), once, on stderr,
  * naming each thread's id and name and the mutex it waits for. The program
- * keeps running.
+ * keeps running (unless FERN_DEADLOCK=fatal).
  *
  * Reading a mutex the monitor does not own: the waiter is queued on it, so
  * fern_mutex_destroy says EBUSY and the memory stays, as long as the waiter
@@ -30,6 +30,27 @@
  * use and again in a forked child (sharing it would mix two processes'
  * words).
  *
+ * What a report shows. Each thread of a cycle with its backtrace, and each
+ * mutex by the symbol it lies in where it has one (a static or global
+ * fern_mutex; a heap one is its address). Every involved thread is parked
+ * (its registers saved at t->sp by fern_ctx_switch) and stays parked, as
+ * nothing can wake it and rt.boot_lock, held here, keeps fern_shutdown out,
+ * so its stack is stable memory for the walk; it is checked to be parked
+ * still just before. The walk: libunwind (libunwind.so.8, opened with dlopen
+ * on the first report, not linked: a dependency only where it is installed)
+ * from a context made of the saved registers, which follows .eh_frame like
+ * a debugger; without it, the saved frame-pointer chain, kept inside the
+ * thread's stack (complete only for code built with frame pointers). x86_64
+ * only: the aarch64 saved frame is not described yet (ARCH_DEBUG_FRAME).
+ * Symbols come from each object's own .symtab (the file, mapped for the
+ * report: static functions and variables included), else .dynsym; every
+ * frame also gets `object+0xoffset`, which addr2line -e object resolves to a
+ * source line.
+ *
+ * FERN_DEADLOCK (config.c): report (the default), fatal (abort(3) after the
+ * report, so a deadlocked service dies with a core instead of hanging), or
+ * off (no scans, no reports).
+ *
  * Everyone asleep. Go's "all goroutines are asleep", only when fern can
  * prove it: every live green thread is parked on a fern primitive without a
  * deadline (not a sleep, not an fd, not the blocking pool: those end by
@@ -42,11 +63,18 @@
 #include "internal.h"
 
 #include <dirent.h>
+#include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #define DL_SCAN_NS 500000000  /* two scans, so a report within ~1-1.5 s */
@@ -133,6 +161,382 @@ static bool read_word(const void *addr, void **out)
     return read_word_pipe(addr, out);
 }
 
+/* ---- symbols: each object's .symtab, else .dynsym ---- */
+
+#define SYM_OBJS 16  /* objects mapped during one report */
+#define BT_FRAMES 32 /* frames printed per thread */
+
+struct sym_obj {
+    uintptr_t lo, hi;  /* its loaded segments' span */
+    uintptr_t bias;    /* load address - file address */
+    char path[256];
+    void *map;         /* the file, mapped; NULL if unreadable */
+    size_t maplen;
+    const ElfW(Sym) *syms;
+    size_t nsyms;
+    const char *strs;
+    size_t strslen;
+};
+
+static struct {
+    struct sym_obj o[SYM_OBJS];
+    unsigned n;
+} S;
+
+struct phdr_find {
+    uintptr_t addr;
+    struct sym_obj *out;
+    bool found;
+};
+
+static int find_object(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    struct phdr_find *f = arg;
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    bool in = false;
+    for (unsigned i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+        if (a < lo)
+            lo = a;
+        if (a + ph->p_memsz > hi)
+            hi = a + ph->p_memsz;
+        in |= f->addr >= a && f->addr < a + ph->p_memsz;
+    }
+    if (!in)
+        return 0;
+    f->out->lo = lo;
+    f->out->hi = hi;
+    f->out->bias = info->dlpi_addr;
+    const char *name = info->dlpi_name;
+    f->out->path[0] = 0;
+    if (!name || !*name) {
+        /* The main program (the vDSO has a name). */
+        ssize_t n = readlink("/proc/self/exe", f->out->path, sizeof f->out->path - 1);
+        f->out->path[n > 0 ? n : 0] = 0;
+    } else {
+        snprintf(f->out->path, sizeof f->out->path, "%s", name);
+    }
+    f->found = true;
+    return 1;
+}
+
+/* Map the file and find its symbol table; a file that is not a readable
+ * ELF of this process's class leaves syms NULL (the object still names
+ * itself). Every offset is checked against the file's size. */
+static void sym_load(struct sym_obj *o)
+{
+    o->map = NULL;
+    o->syms = NULL;
+    int fd = o->path[0] ? open(o->path, O_RDONLY | O_CLOEXEC) : -1;
+    struct stat st;
+    if (fd < 0)
+        return;
+    if (fstat(fd, &st) || (size_t)st.st_size < sizeof(ElfW(Ehdr))) {
+        close(fd);
+        return;
+    }
+    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED)
+        return;
+    o->map = m;
+    o->maplen = (size_t)st.st_size;
+    const unsigned char *b = m;
+    const ElfW(Ehdr) *eh = m;
+    if (memcmp(eh->e_ident, ELFMAG, SELFMAG) || eh->e_ident[EI_CLASS] != (__ELF_NATIVE_CLASS == 64 ? ELFCLASS64 : ELFCLASS32) ||
+        eh->e_shentsize != sizeof(ElfW(Shdr)) || eh->e_shoff > o->maplen ||
+        (o->maplen - eh->e_shoff) / sizeof(ElfW(Shdr)) < eh->e_shnum)
+        return;
+    const ElfW(Shdr) *sh = (const ElfW(Shdr) *)(b + eh->e_shoff);
+    const ElfW(Shdr) *pick = NULL;
+    for (unsigned i = 0; i < eh->e_shnum; i++)
+        if (sh[i].sh_type == SHT_SYMTAB || (sh[i].sh_type == SHT_DYNSYM && !pick))
+            pick = &sh[i];
+    if (!pick || pick->sh_link >= eh->e_shnum)
+        return;
+    const ElfW(Shdr) *str = &sh[pick->sh_link];
+    if (pick->sh_offset > o->maplen || pick->sh_size > o->maplen - pick->sh_offset ||
+        str->sh_offset > o->maplen || str->sh_size > o->maplen - str->sh_offset)
+        return;
+    o->syms = (const ElfW(Sym) *)(b + pick->sh_offset);
+    o->nsyms = pick->sh_size / sizeof(ElfW(Sym));
+    o->strs = (const char *)(b + str->sh_offset);
+    o->strslen = str->sh_size;
+}
+
+static struct sym_obj *sym_object(uintptr_t addr)
+{
+    for (unsigned i = 0; i < S.n; i++)
+        if (addr >= S.o[i].lo && addr < S.o[i].hi)
+            return &S.o[i];
+    struct sym_obj tmp;
+    struct phdr_find f = {addr, &tmp, false};
+    dl_iterate_phdr(find_object, &f);
+    if (!f.found)
+        return NULL;
+    struct sym_obj *o = S.n < SYM_OBJS ? &S.o[S.n++] : NULL;
+    if (!o) {
+        /* More objects than slots: reuse the last one. */
+        o = &S.o[SYM_OBJS - 1];
+        if (o->map)
+            munmap(o->map, o->maplen);
+    }
+    *o = tmp;
+    sym_load(o);
+    return o;
+}
+
+static void sym_release(void)
+{
+    for (unsigned i = 0; i < S.n; i++)
+        if (S.o[i].map)
+            munmap(S.o[i].map, S.o[i].maplen);
+    S.n = 0;
+}
+
+/* The symbol of o holding file address a (a function or an object,
+ * defined, with a size), or NULL; *off is a's offset in it. */
+static const char *sym_find(const struct sym_obj *o, uintptr_t a, uintptr_t *off)
+{
+    const ElfW(Sym) *best = NULL;
+    for (size_t i = 0; o->syms && i < o->nsyms; i++) {
+        const ElfW(Sym) *y = &o->syms[i];
+        unsigned type = y->st_info & 0xf; /* ELF32_ST_TYPE and ELF64_ST_TYPE alike */
+        if ((type != STT_FUNC && type != STT_OBJECT) || y->st_shndx == SHN_UNDEF ||
+            a < y->st_value || a - y->st_value >= y->st_size || y->st_name >= o->strslen)
+            continue;
+        if (!best || y->st_size < best->st_size)
+            best = y; /* the innermost of nested symbols */
+    }
+    if (!best)
+        return NULL;
+    *off = a - best->st_value;
+    return o->strs + best->st_name;
+}
+
+/* A C++ name demangled by the C++ runtime when the process has one
+ * (__cxa_demangle, looked up, not linked), else as it is. *freeme gets
+ * what to free. */
+static const char *demangle(const char *name, char **freeme)
+{
+    static char *(*cxa)(const char *, char *, size_t *, int *);
+    static int tried;
+    *freeme = NULL;
+    if (strncmp(name, "_Z", 2))
+        return name;
+    if (!tried) {
+        tried = 1;
+        cxa = (char *(*)(const char *, char *, size_t *, int *))dlsym(RTLD_DEFAULT,
+                                                                      "__cxa_demangle");
+    }
+    int st = -1;
+    char *d = cxa ? cxa(name, NULL, NULL, &st) : NULL;
+    if (!d || st)
+        return name;
+    *freeme = d;
+    return d;
+}
+
+/* "name+0xoff (object+0xoff)" for addr; look_at is the address to find
+ * the symbol for (a return address minus 1: the call, which may be the
+ * function's last instruction). Objects print by their full path, for
+ * addr2line -e. Used by the x86_64 backtraces only. */
+static __attribute__((unused)) void sym_describe(char *buf, size_t len, uintptr_t addr,
+                                                 uintptr_t look_at)
+{
+    struct sym_obj *o = sym_object(look_at);
+    if (!o) {
+        snprintf(buf, len, "?");
+        return;
+    }
+    uintptr_t off = 0;
+    const char *name = sym_find(o, look_at - o->bias, &off);
+    Dl_info di;
+    if (!name && dladdr((void *)look_at, &di) && di.dli_sname) {
+        name = di.dli_sname;
+        off = look_at - (uintptr_t)di.dli_saddr;
+    }
+    off += addr - look_at;
+    const char *file = o->path[0] ? o->path : "?";
+    char *freeme;
+    if (name)
+        name = demangle(name, &freeme);
+    if (name) {
+        snprintf(buf, len, "%s+0x%lx (%s+0x%lx)", name, (unsigned long)off, file,
+                 (unsigned long)(addr - o->bias));
+        free(freeme);
+    } else
+        snprintf(buf, len, "%s+0x%lx", file, (unsigned long)(addr - o->bias));
+}
+
+/* A mutex as reported: the symbol it lies in, with the offset inside it
+ * unless 0 (a fern_mutex inside a global struct), and its address; only
+ * the address when no symbol holds it (heap, stack). */
+static void mutex_name(char *buf, size_t len, const void *m)
+{
+    struct sym_obj *o = sym_object((uintptr_t)m);
+    uintptr_t off = 0;
+    const char *name = o ? sym_find(o, (uintptr_t)m - o->bias, &off) : NULL;
+    if (!name) {
+        snprintf(buf, len, "%p", m);
+        return;
+    }
+    char *freeme;
+    name = demangle(name, &freeme);
+    if (off)
+        snprintf(buf, len, "%s+0x%lx (%p)", name, (unsigned long)off, m);
+    else
+        snprintf(buf, len, "%s (%p)", name, m);
+    free(freeme);
+}
+
+/* ---- backtraces of parked threads ---- */
+
+#if defined(FERN_TSAN)
+/* ThreadSanitizer's dynamic annotations (its runtime defines them). */
+void AnnotateIgnoreReadsBegin(const char *file, int line);
+void AnnotateIgnoreReadsEnd(const char *file, int line);
+#endif
+
+#if defined(__x86_64__)
+/* libunwind's x86_64 entry points (its header is not needed: the context
+ * is a ucontext_t, a cursor 127 words, registers numbered as below). */
+enum { UNW_RBX = 3, UNW_RBP = 6, UNW_RSP = 7, UNW_RIP = 16 };
+static struct {
+    int tried;
+    int (*init_local)(void *cursor, ucontext_t *uc);
+    int (*step)(void *cursor);
+    int (*get_reg)(void *cursor, int reg, uint64_t *val);
+} U;
+static uint64_t unw_cursor[256]; /* >= UNW_TDEP_CURSOR_LEN (127) words */
+static ucontext_t unw_uc;
+
+static bool unw_open(void)
+{
+    if (!U.tried) {
+        U.tried = 1;
+        void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+        if (h) {
+            U.init_local = (int (*)(void *, ucontext_t *))dlsym(h, "_ULx86_64_init_local");
+            U.step = (int (*)(void *))dlsym(h, "_ULx86_64_step");
+            U.get_reg = (int (*)(void *, int, uint64_t *))dlsym(h, "_ULx86_64_get_reg");
+            if (!U.init_local || !U.step || !U.get_reg)
+                U.init_local = NULL;
+        }
+    }
+    return U.init_local != NULL;
+}
+
+/* t's return addresses, innermost first (pcs[0]: where fern_ctx_switch
+ * returns to). *how says which walk ran. */
+static unsigned stack_walk(fern_thread *t, uintptr_t *pcs, unsigned max, const char **how)
+{
+    const uint64_t *f = LOAD_RELAXED(&t->sp);
+    if (!f || !max)
+        return 0;
+    /* The frame of ARCH_DEBUG_FRAME: r15..rbp at 8..48, rip at 56. */
+    uint64_t rip = f[7], rbp = f[6];
+    uintptr_t sp = (uintptr_t)f + 64;
+    unsigned n = 0;
+    if (unw_open()) {
+        *how = "libunwind";
+        memset(&unw_uc, 0, sizeof unw_uc);
+        greg_t *g = unw_uc.uc_mcontext.gregs;
+        g[REG_RIP] = (greg_t)rip;
+        g[REG_RSP] = (greg_t)sp;
+        g[REG_RBP] = (greg_t)rbp;
+        g[REG_RBX] = (greg_t)f[5];
+        g[REG_R12] = (greg_t)f[4];
+        g[REG_R13] = (greg_t)f[3];
+        g[REG_R14] = (greg_t)f[2];
+        g[REG_R15] = (greg_t)f[1];
+        if (U.init_local(unw_cursor, &unw_uc) == 0) {
+            do {
+                uint64_t ip;
+                if (U.get_reg(unw_cursor, UNW_RIP, &ip) || !ip)
+                    break;
+                pcs[n++] = (uintptr_t)ip;
+            } while (n < max && U.step(unw_cursor) > 0);
+            return n;
+        }
+    }
+    /* Frame pointers: each frame's rbp holds the caller's rbp, then the
+     * return address; followed while it stays inside t's stack and goes
+     * up. */
+    *how = "frame pointers: libunwind.so.8 not found or unusable; frames of code built without "
+           "them are missing";
+    pcs[n++] = (uintptr_t)rip;
+#if defined(FERN_TSAN)
+    /* The stack header and frames were written before t parked and nobody
+     * writes them while it stays parked (the top of this file), but the
+     * park's run_state store is relaxed (a hot path), so ThreadSanitizer
+     * sees no order between those writes and these reads. */
+    AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
+#endif
+    struct stack *st = LOAD_RELAXED(&t->stack);
+    uintptr_t lo = st ? (uintptr_t)st->lo : 0, hi = st ? lo + st->size : 0;
+    uintptr_t fp = (uintptr_t)rbp, prev = sp - 16;
+    while (n < max && fp > prev && fp >= lo && fp + 16 <= hi && !(fp & 7)) {
+        const uintptr_t *fr = (const uintptr_t *)fp;
+        if (!fr[1])
+            break;
+        pcs[n++] = fr[1];
+        prev = fp;
+        fp = fr[0];
+    }
+#if defined(FERN_TSAN)
+    AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
+#endif
+    return n;
+}
+#endif
+
+/* t's backtrace on stderr, indented: one line per frame. t must be parked
+ * and unable to leave (see the top of this file). */
+static void print_backtrace(fern_thread *t)
+{
+#if defined(__x86_64__)
+    uintptr_t pcs[BT_FRAMES];
+    const char *how = "";
+    if (LOAD(&t->run_state) != T_PARKED) {
+        fprintf(stderr, "    (no backtrace: the thread is no longer parked)\n");
+        return;
+    }
+    unsigned n = stack_walk(t, pcs, BT_FRAMES, &how);
+    if (strcmp(how, "libunwind"))
+        fprintf(stderr, "    (backtrace by %s)\n", how);
+    for (unsigned i = 0; i < n; i++) {
+        char buf[512];
+        /* pcs[0] is a return address too (into switch_to). */
+        sym_describe(buf, sizeof buf, pcs[i], pcs[i] - 1);
+        fprintf(stderr, "    #%u 0x%lx %s\n", i, (unsigned long)pcs[i], buf);
+    }
+    if (n == BT_FRAMES)
+        fprintf(stderr, "    ...\n");
+#else
+    (void)t;
+    fprintf(stderr, "    (no backtrace: parked stacks are walked on x86_64 only)\n");
+#endif
+}
+
+/* After a report: abort under FERN_DEADLOCK=fatal. */
+static void report_done(const char *keeps_running)
+{
+    sym_release();
+    if (config.deadlock == CONFIG_DEADLOCK_FATAL) {
+        fprintf(stderr, "fern: deadlock is fatal (FERN_DEADLOCK=fatal): aborting\n");
+        fflush(stderr);
+        abort();
+    }
+    fprintf(stderr, "%s\n", keeps_running);
+    fflush(stderr);
+    STORE_RELAXED(&D.reported, D.reported + 1);
+}
+
 static bool parked_on(fern_thread *t, const char *what, const void *obj)
 {
     const char *w = LOAD(&t->wait_what);
@@ -207,13 +611,18 @@ static void report_cycle(struct dl_entry *start, unsigned len)
     struct dl_entry *e = start;
     for (unsigned i = 0; i < len; i++) {
         struct dl_entry *next = entry_of(e->owner);
-        fprintf(stderr, "  thread %llu \"%s\" waits for mutex %p held by thread %llu \"%s\"\n",
-                (unsigned long long)e->id, e->name, e->m, (unsigned long long)next->id, next->name);
+        char mname[256];
+        mutex_name(mname, sizeof mname, e->m);
+        fprintf(stderr, "  thread %llu \"%s\" waits for mutex %s held by thread %llu \"%s\"\n",
+                (unsigned long long)e->id, e->name, mname, (unsigned long long)next->id,
+                next->name);
+        if (parked_on(e->t, "mutex", e->m))
+            print_backtrace(e->t);
+        else
+            fprintf(stderr, "    (no backtrace: the thread is no longer parked there)\n");
         e = next;
     }
-    fprintf(stderr, "fern: the program keeps running; these threads never will\n");
-    fflush(stderr);
-    STORE_RELAXED(&D.reported, D.reported + 1);
+    report_done("fern: the program keeps running; these threads never will");
 }
 
 /* Walk from every entry; each cycle is found from each of its members, so
@@ -298,15 +707,38 @@ static int64_t mutex_parked(void)
     return n;
 }
 
+#define ASLEEP_BT_MAX 16 /* threads of an "all asleep" report given a backtrace */
+
+struct asleep_bt {
+    unsigned n;
+};
+
+static void asleep_backtrace(fern_thread *t, void *arg)
+{
+    struct asleep_bt *a = arg;
+    if (a->n++ >= ASLEEP_BT_MAX || LOAD(&t->run_state) != T_PARKED)
+        return;
+    char name[32];
+    for (int i = 0; i < 31; i++)
+        name[i] = LOAD_RELAXED(&t->name[i]);
+    name[31] = 0;
+    const char *what = LOAD_RELAXED(&t->wait_what);
+    fprintf(stderr, "  thread %llu \"%s\" parked on %s:\n", (unsigned long long)t->id, name,
+            what ? what : "?");
+    print_backtrace(t);
+}
+
 static void report_asleep(unsigned live)
 {
     fprintf(stderr, "fern: deadlock: all %u green threads are asleep on fern primitives and no "
                     "other thread can wake them:\n",
             live);
     threads_dump(stderr);
-    fprintf(stderr, "fern: the program keeps running\n");
-    fflush(stderr);
-    STORE_RELAXED(&D.reported, D.reported + 1);
+    struct asleep_bt a = {0};
+    threads_walk(asleep_backtrace, &a);
+    if (a.n > ASLEEP_BT_MAX)
+        fprintf(stderr, "  (backtraces of the first %u threads only)\n", ASLEEP_BT_MAX);
+    report_done("fern: the program keeps running");
 }
 
 /* rt.boot_lock held. Returns when the monitor should look again (it may
@@ -314,6 +746,8 @@ static void report_asleep(unsigned live)
  * deadlock leaves), or FERN_FOREVER. */
 int64_t deadlock_watch(int64_t now, bool workers_busy)
 {
+    if (config.deadlock == CONFIG_DEADLOCK_OFF)
+        return FERN_FOREVER;
     if (now < D.next_scan)
         return D.next_scan;
     /* While workers run, a scan can only find a mutex cycle, and that needs

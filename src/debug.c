@@ -189,6 +189,7 @@ int fern_dump(FILE *f)
     fprintf(f, "fern: %llu live threads, %u clusters, %u workers, stacks %llu mapped / %llu in use\n",
             (unsigned long long)s.threads_live, s.clusters, s.workers,
             (unsigned long long)s.stacks_mapped, (unsigned long long)s.stacks_in_use);
+    preempt_dump(f);
     sched_dump_clusters(f);
     int n = threads_dump(f);
     fflush(f);

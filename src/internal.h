@@ -319,10 +319,15 @@ struct config {
     int guard;                 /* $FERN_GUARD: CONFIG_GUARD_* */
     uint32_t guard_budget;     /* $FERN_GUARD_BUDGET */
     int dump_signal;           /* $FERN_DUMP_SIGNAL: the signal, 0 for none */
+    bool dump_signal_set;      /* $FERN_DUMP_SIGNAL given (not the default) */
     bool preempt;              /* fern_config.preempt_us, $FERN_PREEMPT */
     int64_t slice_ns;          /* the time slice, also with preemption off */
     int preempt_signal;        /* $FERN_PREEMPT_SIGNAL */
+    char preempt_libs[1024];   /* fern_config.preempt_libs, $FERN_PREEMPT_LIBS: checked */
+    int deadlock;              /* $FERN_DEADLOCK: CONFIG_DEADLOCK_* */
 };
+/* FERN_DEADLOCK's values, in its accepted order (deadlock.c). */
+enum { CONFIG_DEADLOCK_REPORT, CONFIG_DEADLOCK_FATAL, CONFIG_DEADLOCK_OFF };
 extern struct config config;
 /* Check cfg and the environment; fill *out, or print one line on stderr
  * naming the bad setting and return EINVAL. */
@@ -885,6 +890,11 @@ int64_t preempt_slice_start(struct worker *w, uint64_t switches);
 /* Rebuild the table of application code if libraries came or went
  * (monitor thread). */
 void preempt_refresh(void);
+/* FERN_PREEMPT_LIBS's syntax (config.c): 0 if `list` is valid, 1 if it is
+ * malformed, 2 if it names a runtime library that is never preempted. */
+int preempt_libs_check(const char *list);
+/* One line on f: what preemption may interrupt (fern_dump). */
+void preempt_dump(FILE *f);
 /* Kernel task tid is asleep in the kernel (/proc state S or D). */
 bool task_sleeping(int tid);
 /* Under ThreadSanitizer the handler cannot redirect the thread (it gets a

@@ -26,14 +26,21 @@
  * alternate signal stack, never switches stacks. It checks that the
  * interrupted point is safe:
  *   - a green thread runs, on its own fern stack;
- *   - the PC is in application code: inside an executable segment of an
- *     object that is not libc, the dynamic loader, libstdc++, libgcc, a
- *     sanitizer runtime, fern itself or the vDSO. Those hold locks (malloc's,
- *     the loader's, stdio's) that another green thread on the same kernel
- *     thread would then wait for with the kernel's futex, forever. The table
- *     of ranges is built outside the handler with dl_iterate_phdr (at start,
- *     and again by the monitor when the loader's add/remove counts change)
- *     and published as an immutable array, so the handler only reads;
+ *   - the PC is in code that may be preempted: an executable segment of
+ *     the main executable, less its sections named fern_nopreempt* (fern's
+ *     own code when libfern.a is linked in: CMakeLists.txt renames the
+ *     static archives' code sections; code a user excludes the same way),
+ *     or of a shared library on the user's list (config.preempt_libs,
+ *     $FERN_PREEMPT_LIBS). Every other shared library is left alone: many
+ *     keep state per kernel thread (an allocator's thread cache, OpenSSL's
+ *     per-thread random generator) or take locks (malloc's, the loader's,
+ *     stdio's) that another green thread on the same kernel thread would
+ *     enter half-updated, or wait for with the kernel's futex, forever.
+ *     libc, the loader, libstdc++, libgcc_s, the sanitizer runtimes and
+ *     fern's libraries cannot be listed. The table of ranges is built
+ *     outside the handler with dl_iterate_phdr (at start, and again by the
+ *     monitor when the loader's add/remove counts change) and published as
+ *     an immutable array, so the handler only reads;
  *   - fern holds no internal lock: fern's code is excluded by the PC test,
  *     and the biased-object busy flag and a pending post-switch action are
  *     checked as well;
@@ -71,8 +78,10 @@
  * operations (preempt_point) yield when they see it.
  *
  * A program linked with the static libfern has fern's code inside its own
- * executable, where it cannot be told apart by address: preemption stays
- * off there (compensation still works). Off under Valgrind too.
+ * executable, in its fern_nopreempt section, found in the executable's
+ * section table (exe_excluded). If fern's code is there outside such a
+ * section, or the table cannot be read, the executable's code is not
+ * preempted at all (fern_dump says so). Off under Valgrind.
  */
 #include "internal.h"
 
@@ -99,10 +108,27 @@ struct code_range {
 struct code_table {
     unsigned n;
     struct code_table *retired; /* older tables, freed at preempt_fini */
+    char *what;                 /* what it holds, for fern_dump (malloc'd, may be NULL) */
     struct code_range r[];
 };
 
 #define SLICE_NONE UINT64_MAX /* slice_sw: no slice stamped */
+
+void preempt_yield(void) __attribute__((visibility("hidden")));
+
+/* Code in an executable section whose name begins with this is never
+ * preempted: fern's own when libfern.a is linked in (CMakeLists.txt renames
+ * the static archives' code sections to fern_nopreempt), and code a user
+ * excludes the same way (docs/preemption.md). */
+#define NOPREEMPT_SECTION "fern_nopreempt"
+
+/* Why the executable's own code is not in the table, if it is not. */
+enum exe_state {
+    EXE_PREEMPTED,   /* in the table, minus its fern_nopreempt sections */
+    EXE_UNREADABLE,  /* its section table could not be read (exe_excluded): nothing known excluded */
+    EXE_FERN_INSIDE, /* fern's code is in it outside a fern_nopreempt section */
+    EXE_STATIC,      /* linked with -static: libc's code is in it */
+};
 
 static struct {
     int sig;
@@ -116,67 +142,256 @@ static struct {
     unsigned long long adds, subs;
 } P;
 
-/* ---- the table of application code ---- */
+/* ---- the table of code that may be preempted ---- */
 
-static bool name_has(const char *name, const char *part) { return strstr(name, part) != NULL; }
-
-/* Objects whose code may hold a lock that another green thread on the same
- * kernel thread could need, or that is fern's own. */
-static bool runtime_object(const char *name)
+static const char *base_name(const char *path)
 {
-    static const char *const parts[] = {"/libc.so", "/libc-", "/ld-linux", "/ld64.so", "/libpthread",
-                                        "/libdl.", "/librt.", "/libstdc++", "/libgcc_s", "/libasan",
-                                        "/libtsan", "/libubsan", "/liblsan", "/libhwasan",
-                                        "/libfern.", "linux-vdso", "linux-gate"};
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+/* Libraries that are never preempted, listed or not: their code holds
+ * locks (malloc's, the loader's, stdio's, the unwinder's, the sanitizers'
+ * own) that another green thread on the same kernel thread would then wait
+ * for with the kernel's futex, forever; or it is fern's. `base` is a file
+ * name as loaded. */
+static bool runtime_base(const char *base)
+{
+    static const char *const parts[] = {
+        "libc.so",    "libc-2.",     "ld-linux",    "ld64.so",    "ld.so",        "libpthread.",
+        "libpthread-", "libdl.",     "libdl-",      "librt.",     "librt-",       "libstdc++.",
+        "libgcc_s.",  "libasan.",    "libtsan.",    "libubsan.",  "liblsan.",     "libhwasan.",
+        "libfern.",   "libfern-hook.", "linux-vdso", "linux-gate"};
     for (size_t i = 0; i < sizeof parts / sizeof *parts; i++)
-        if (name_has(name, parts[i]))
+        if (strncmp(base, parts[i], strlen(parts[i])) == 0)
             return true;
     return false;
 }
 
+/* One entry of the list (e, len bytes) names the object loaded from path:
+ * an absolute path equal to it, or its file name, or the file name up to a
+ * dot ("libfoo" and "libfoo.so" both name libfoo.so.1.2). */
+static bool entry_names(const char *e, size_t len, const char *path)
+{
+    if (memchr(e, '/', len))
+        return strlen(path) == len && memcmp(path, e, len) == 0;
+    const char *b = base_name(path);
+    return strncmp(b, e, len) == 0 && (b[len] == 0 || b[len] == '.');
+}
+
+int preempt_libs_check(const char *list)
+{
+    bool runtime = false;
+    if (!*list)
+        return 0; /* none */
+    for (const char *e = list;;) {
+        const char *end = strchr(e, ':');
+        size_t len = end ? (size_t)(end - e) : strlen(e);
+        if (len == 0 || len > 255 || (memchr(e, '/', len) && e[0] != '/') || e[len - 1] == '/')
+            return 1;
+        for (size_t i = 0; i < len; i++)
+            if ((unsigned char)e[i] <= ' ' || e[i] == 0x7f)
+                return 1;
+        /* "libc" names libc.so.6 as "libc.so" does. */
+        char b[272];
+        const char *slash = memrchr(e, '/', len);
+        size_t off = slash ? (size_t)(slash + 1 - e) : 0;
+        memcpy(b, e + off, len - off);
+        b[len - off] = 0;
+        if (runtime_base(b) || (strcat(b, ".so"), runtime_base(b)))
+            runtime = true;
+        if (!end)
+            break;
+        e = end + 1;
+    }
+    return runtime ? 2 : 0;
+}
+
+/* The object loaded from path is on the user's list. */
+static bool listed(const char *path)
+{
+    const char *e = config.preempt_libs;
+    if (!*e || !*path || runtime_base(base_name(path)))
+        return false;
+    for (;;) {
+        const char *end = strchr(e, ':');
+        size_t len = end ? (size_t)(end - e) : strlen(e);
+        if (entry_names(e, len, path))
+            return true;
+        if (!end)
+            return false;
+        e = end + 1;
+    }
+}
+
+/* The executable's fern_nopreempt* sections, at their run-time addresses,
+ * from its file (section headers are not loaded): up to max in out. The
+ * file is checked to be the one the loader mapped (its program headers are
+ * info's: under an explicit `ld.so prog`, /proc/self/exe is the loader).
+ * Returns how many, or -1 if that cannot be read or there are more than
+ * max (then nothing is known to be excluded). Raw system calls: with
+ * fern-hook loaded, libc's open/read/close are its wrappers (task_sleeping
+ * says why that matters). */
+static int exe_excluded(const struct dl_phdr_info *info, struct code_range *out, int max)
+{
+    int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/exe", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int n = -1;
+    ElfW(Ehdr) eh;
+    ElfW(Shdr) *sh = NULL;
+    ElfW(Phdr) *ph = NULL;
+    char *names = NULL;
+    size_t phs = (size_t)info->dlpi_phnum * sizeof(ElfW(Phdr));
+    if (syscall(SYS_pread64, fd, &eh, sizeof eh, 0) != (long)sizeof eh ||
+        memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_phnum != info->dlpi_phnum ||
+        eh.e_phentsize != sizeof(ElfW(Phdr)) || eh.e_shentsize != sizeof(ElfW(Shdr)) ||
+        eh.e_shoff == 0 || eh.e_shnum == 0 || eh.e_shstrndx >= eh.e_shnum)
+        goto out; /* no section table (or an extended one, which only objects need) */
+    ph = malloc(phs);
+    sh = malloc((size_t)eh.e_shnum * sizeof *sh);
+    if (!ph || !sh ||
+        syscall(SYS_pread64, fd, ph, phs, (off_t)eh.e_phoff) != (long)phs ||
+        memcmp(ph, info->dlpi_phdr, phs) != 0 ||
+        syscall(SYS_pread64, fd, sh, (size_t)eh.e_shnum * sizeof *sh, (off_t)eh.e_shoff) !=
+            (long)(eh.e_shnum * sizeof *sh))
+        goto out;
+    const ElfW(Shdr) *str = &sh[eh.e_shstrndx];
+    if (str->sh_size == 0 || str->sh_size > (64u << 20) || !(names = malloc(str->sh_size + 1)) ||
+        syscall(SYS_pread64, fd, names, (size_t)str->sh_size, (off_t)str->sh_offset) !=
+            (long)str->sh_size)
+        goto out;
+    names[str->sh_size] = 0;
+    n = 0;
+    for (unsigned i = 0; i < eh.e_shnum; i++) {
+        if (!(sh[i].sh_flags & SHF_EXECINSTR) || sh[i].sh_size == 0 ||
+            sh[i].sh_name >= str->sh_size ||
+            strncmp(names + sh[i].sh_name, NOPREEMPT_SECTION, strlen(NOPREEMPT_SECTION)) != 0)
+            continue;
+        if (n == max) { /* more than we can exclude: preempt none of it */
+            n = -1;
+            break;
+        }
+        out[n].lo = info->dlpi_addr + sh[i].sh_addr;
+        out[n].hi = out[n].lo + sh[i].sh_size;
+        n++;
+    }
+out:
+    free(names);
+    free(sh);
+    free(ph);
+    syscall(SYS_close, fd);
+    return n;
+}
+
+#define EXCLUDED_MAX 64 /* sections of distinct names: the linker merges equal ones */
+
 struct build {
     struct code_table *t;
     unsigned cap;
-    bool fern_static;
+    bool first;       /* the next object is the executable (dl_iterate_phdr's order) */
+    enum exe_state exe;
+    uintptr_t excluded; /* bytes of the executable's code in fern_nopreempt sections */
+    char libs[512];   /* the listed libraries found, for fern_dump */
     bool oom;
 };
+
+static bool table_add(struct build *b, uintptr_t lo, uintptr_t hi)
+{
+    if (lo >= hi)
+        return true;
+    if (b->t->n == b->cap) {
+        unsigned cap = b->cap * 2;
+        struct code_table *t = realloc(b->t, sizeof *t + cap * sizeof(struct code_range));
+        if (!t) {
+            b->oom = true;
+            return false;
+        }
+        b->t = t;
+        b->cap = cap;
+    }
+    b->t->r[b->t->n].lo = lo;
+    b->t->r[b->t->n].hi = hi;
+    b->t->n++;
+    return true;
+}
+
+/* Adds [lo, hi) minus the excluded ranges ex[0..nex). */
+static bool add_minus(struct build *b, uintptr_t lo, uintptr_t hi, const struct code_range *ex,
+                      int nex)
+{
+    for (int i = 0; i < nex; i++) {
+        if (ex[i].hi <= lo || ex[i].lo >= hi)
+            continue;
+        return add_minus(b, lo, ex[i].lo > lo ? ex[i].lo : lo, ex + i + 1, nex - i - 1) &&
+               add_minus(b, ex[i].hi < hi ? ex[i].hi : hi, hi, ex + i + 1, nex - i - 1);
+    }
+    return table_add(b, lo, hi);
+}
 
 static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
 {
     struct build *b = arg;
     (void)size;
     const char *name = info->dlpi_name ? info->dlpi_name : "";
-    uintptr_t self = (uintptr_t)&preempt_init;
-    bool has_fern = false;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
-            continue;
-        uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
-        if (self >= lo && self < hi)
-            has_fern = true;
-    }
-    if (has_fern && !runtime_object(name))
-        b->fern_static = true; /* fern linked into this object: see above */
-    if (has_fern || runtime_object(name))
+    bool exe = b->first;
+    b->first = false;
+    if (!exe && !listed(name))
         return 0;
+    struct code_range ex[EXCLUDED_MAX];
+    int nex = 0;
+    if (exe) {
+        /* fern's own code (and fern-hook's) must be excluded if it is here. */
+        /* Hidden symbols: their addresses are fern's code, never a PLT entry. */
+        uintptr_t self[] = {(uintptr_t)&preempt_init,
+#if ARCH_PREEMPT
+                            (uintptr_t)&fern_preempt_tramp,
+#endif
+                            (uintptr_t)&preempt_yield};
+        bool fern_here = false, interp = false;
+        for (int i = 0; i < info->dlpi_phnum; i++) {
+            const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+            interp |= ph->p_type == PT_INTERP;
+            uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+            if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X))
+                for (size_t k = 0; k < sizeof self / sizeof *self; k++)
+                    fern_here |= self[k] >= lo && self[k] < hi;
+        }
+        if (!interp) {
+            /* No loader: a -static program, libc's code (malloc's, stdio's
+             * locks) is the executable's. */
+            b->exe = EXE_STATIC;
+            return 0;
+        }
+        nex = exe_excluded(info, ex, EXCLUDED_MAX);
+        if (nex < 0) {
+            b->exe = fern_here ? EXE_FERN_INSIDE : EXE_UNREADABLE;
+            return 0;
+        }
+        for (size_t k = 0; k < sizeof self / sizeof *self && fern_here; k++) {
+            bool covered = false;
+            for (int i = 0; i < nex; i++)
+                covered |= self[k] >= ex[i].lo && self[k] < ex[i].hi;
+            if (!covered) {
+                b->exe = EXE_FERN_INSIDE; /* linked from objects not built as libfern.a is */
+                return 0;
+            }
+        }
+        for (int i = 0; i < nex; i++)
+            b->excluded += ex[i].hi - ex[i].lo;
+        b->exe = EXE_PREEMPTED;
+    } else {
+        size_t l = strlen(b->libs), add = strlen(base_name(name));
+        if (l + add + 2 < sizeof b->libs)
+            snprintf(b->libs + l, sizeof b->libs - l, "%s%s", l ? ", " : "", base_name(name));
+    }
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
             continue;
-        if (b->t->n == b->cap) {
-            unsigned cap = b->cap * 2;
-            struct code_table *t = realloc(b->t, sizeof *t + cap * sizeof(struct code_range));
-            if (!t) {
-                b->oom = true;
-                return 1;
-            }
-            b->t = t;
-            b->cap = cap;
-        }
-        b->t->r[b->t->n].lo = info->dlpi_addr + ph->p_vaddr;
-        b->t->r[b->t->n].hi = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
-        b->t->n++;
+        uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+        if (!add_minus(b, lo, lo + ph->p_memsz, ex, nex))
+            return 1;
     }
     return 0;
 }
@@ -194,11 +409,12 @@ static int read_counts(struct dl_phdr_info *info, size_t size, void *arg)
 /* (Re)build the table. Monitor thread or fern_init only. */
 static int table_build(void)
 {
-    struct build b = {NULL, 16, false, false};
+    struct build b = {.cap = 16, .first = true, .exe = EXE_UNREADABLE};
     b.t = malloc(sizeof *b.t + b.cap * sizeof(struct code_range));
     if (!b.t)
         return ENOMEM;
     b.t->n = 0;
+    b.t->what = NULL;
     unsigned long long c[2] = {0, 0};
     dl_iterate_phdr(read_counts, c);
     dl_iterate_phdr(add_object, &b);
@@ -206,18 +422,34 @@ static int table_build(void)
         free(b.t);
         return ENOMEM;
     }
+    char what[1700]; /* the list (< 1024) and the names found (< 512) fit */
+    int len = snprintf(what, sizeof what, "%s",
+                       b.exe == EXE_FERN_INSIDE
+                           ? "no code of the executable (fern's code is in it outside a "
+                             NOPREEMPT_SECTION " section)"
+                       : b.exe == EXE_STATIC
+                           ? "no code of the executable (linked with -static: libc's code is in it)"
+                       : b.exe == EXE_UNREADABLE
+                           ? "no code of the executable (its section table cannot be read, or "
+                             "has more than 64 " NOPREEMPT_SECTION " sections)"
+                           : "the executable's code");
+    if (b.exe == EXE_PREEMPTED && b.excluded)
+        len += snprintf(what + len, sizeof what - (size_t)len,
+                        " less %zu bytes in " NOPREEMPT_SECTION " sections", (size_t)b.excluded);
+    if (len < (int)sizeof what && *config.preempt_libs)
+        snprintf(what + len, sizeof what - (size_t)len, "; of the listed libraries (%s): %s",
+                 config.preempt_libs, *b.libs ? b.libs : "none loaded");
+    b.t->what = strdup(what); /* NULL: fern_dump says less */
     b.t->retired = P.table;
     P.adds = c[0];
     P.subs = c[1];
     STORE(&P.table, b.t);
-    if (b.fern_static)
-        P.on = false;
     return 0;
 }
-
-/* A library was loaded or unloaded since the table was built: rebuild it.
- * (An unloaded library's range may stay in an old table a handler is
- * reading; the handler only compares addresses, never dereferences them.) */
+/* A library was loaded or unloaded since the table was built: rebuild it
+ * (a library on the list may have come). (An unloaded library's range may
+ * stay in an old table a handler is reading; the handler only compares
+ * addresses, never dereferences them.) */
 static void table_refresh(void)
 {
     unsigned long long c[2] = {0, 0};
@@ -406,7 +638,6 @@ out:
 
 /* Called by the trampoline on the preempted thread's stack, all its
  * registers saved. */
-void preempt_yield(void) __attribute__((visibility("hidden")));
 void preempt_yield(void)
 {
     sched_yield_pinned(worker_self());
@@ -525,6 +756,17 @@ void preempt_refresh(void)
 
 bool preempt_enabled(void) { return P.on; }
 
+void preempt_dump(FILE *f)
+{
+    const struct code_table *t = LOAD(&P.table);
+    if (!LOAD_RELAXED(&P.on) || !t) {
+        fprintf(f, "fern: preemption off\n");
+        return;
+    }
+    fprintf(f, "fern: preemption on, %lld us slice, in %s\n", (long long)(P.slice_ns / 1000),
+            t->what ? t->what : "the code in its table");
+}
+
 int preempt_init(int64_t slice_ns)
 {
     int sig = config.preempt_signal; /* checked by config_load */
@@ -551,8 +793,6 @@ int preempt_init(int64_t slice_ns)
     int r = table_build();
     if (r)
         return r;
-    if (!P.on)
-        return 0; /* static libfern */
     /* Left in place when the runtime stops (a tick still in flight then
      * finds preemption off and is dropped). At each start: if the program
      * replaced it meanwhile, that handler becomes the one fern passes
@@ -588,6 +828,7 @@ void preempt_fini(void)
     P.table = NULL;
     while (t) {
         struct code_table *o = t->retired;
+        free(t->what);
         free(t);
         t = o;
     }

@@ -14,13 +14,19 @@
  *  - a value over the -I limit: SERVER_ERROR object too large for cache,
  *    the value is read and dropped, and for `set` the key's old value is
  *    removed (a failed set must not leave stale data); out of memory the
- *    same with SERVER_ERROR out of memory storing object;
+ *    same with SERVER_ERROR out of memory storing object. The answer is
+ *    queued before the value is dropped, so it leaves before the server
+ *    waits for the value's bytes (memcached sends the same bytes, but only
+ *    once the whole value is in);
  *  - a line longer than the input buffer: CLIENT_ERROR line too long, and
  *    the connection closes (there is no telling where the next command
  *    starts).
- * noreply silences every answer, errors included, as memcached does (a
- * client that asked for silence is not reading); the one exception is
- * CLIENT_ERROR bad data chunk, which memcached also always sends.
+ * noreply silences every answer, errors included, as memcached 1.6 does: a
+ * client that asked for silence is not reading, and a pipelining client
+ * would take any answer for the answer to its next command. That includes
+ * CLIENT_ERROR bad data chunk (memcached 1.6.18 sends it only without
+ * noreply; the bytes after the value's announced length are then read as
+ * the next command, with or without noreply).
  */
 #include "memcached.h"
 
@@ -104,11 +110,10 @@ static bool storage(struct mc_conn *c, const mc_ascii_cmd *cmd)
     if (r != MC_OK) {
         if (cmd->op == MC_A_SET)
             mc_unlink_key(cmd->key.p, cmd->key.n);
-        if (!mc_skip(c, (uint64_t)cmd->bytes + 2))
-            return false;
-        return r == MC_TOO_LARGE
-                   ? REPLY_LIT(c, cmd, "SERVER_ERROR object too large for cache\r\n")
-                   : REPLY_LIT(c, cmd, "SERVER_ERROR out of memory storing object\r\n");
+        bool ok = r == MC_TOO_LARGE
+                      ? REPLY_LIT(c, cmd, "SERVER_ERROR object too large for cache\r\n")
+                      : REPLY_LIT(c, cmd, "SERVER_ERROR out of memory storing object\r\n");
+        return ok && mc_skip(c, (uint64_t)cmd->bytes + 2);
     }
     char *v = mc_item_value(it);
     if (!mc_read_exact(c, v, (size_t)cmd->bytes + 2)) {
@@ -117,7 +122,7 @@ static bool storage(struct mc_conn *c, const mc_ascii_cmd *cmd)
     }
     if (v[cmd->bytes] != '\r' || v[cmd->bytes + 1] != '\n') {
         mc_item_release(it);
-        return OUT_LIT(c, "CLIENT_ERROR bad data chunk\r\n");
+        return REPLY_LIT(c, cmd, "CLIENT_ERROR bad data chunk\r\n");
     }
     uint64_t cas;
     r = mc_store_item(it, store_ops[cmd->op], cmd->cas, &cas);

@@ -79,6 +79,33 @@ static bool parse_u64(mc_span s, uint64_t max, uint64_t *out)
     return true;
 }
 
+/* Client flags, as memcached 1.6.18 reads them (safe_strtoflags: strtoul,
+ * then the low 32 bits). strtoul skips leading whitespace (spaces never
+ * reach here: they separate tokens) and takes one '+' or '-'; a number over
+ * 2^64 - 1 is refused (ERANGE); '-' negates modulo 2^64, and memcached
+ * refuses the result only when it is negative as a signed 64-bit number, so
+ * "-0" is 0 and "-18446744073709551615" is 1. Anything after the digits is
+ * refused. (A '\n' cannot occur inside a line.) */
+static bool parse_flags(mc_span s, uint32_t *out)
+{
+    size_t i = 0;
+    while (i < s.n && (s.p[i] == '\t' || s.p[i] == '\v' || s.p[i] == '\f' || s.p[i] == '\r'))
+        i++;
+    bool neg = i < s.n && s.p[i] == '-';
+    if (i < s.n && (s.p[i] == '-' || s.p[i] == '+'))
+        i++;
+    uint64_t v;
+    if (!parse_u64((mc_span){s.p + i, s.n - i}, UINT64_MAX, &v))
+        return false;
+    if (neg) {
+        v = 0 - v;
+        if ((int64_t)v < 0)
+            return false;
+    }
+    *out = (uint32_t)v;
+    return true;
+}
+
 /* A signed 32-bit number, as memcached's exptime. */
 static bool parse_i32(mc_span s, int64_t *out)
 {
@@ -145,14 +172,13 @@ static int parse_storage(const struct tokens *tk, mc_ascii_cmd *cmd)
     if (tk->n < need || tk->n > need + 1)
         return MC_PARSE_UNKNOWN;
     noreply_maybe(tk, cmd);
-    uint64_t flags, bytes;
-    if (!key_ok(tk->t[1]) || !parse_u64(tk->t[2], UINT32_MAX, &flags) ||
+    uint64_t bytes;
+    if (!key_ok(tk->t[1]) || !parse_flags(tk->t[2], &cmd->flags) ||
         !parse_i32(tk->t[3], &cmd->exptime) || !parse_u64(tk->t[4], MC_VALUE_LEN_MAX, &bytes))
         return MC_PARSE_FORMAT;
     if (cmd->op == MC_A_CAS && !parse_u64(tk->t[5], UINT64_MAX, &cmd->cas))
         return MC_PARSE_FORMAT;
     cmd->key = tk->t[1];
-    cmd->flags = (uint32_t)flags;
     cmd->bytes = (uint32_t)bytes;
     return MC_PARSE_OK;
 }
@@ -184,6 +210,9 @@ static const struct {
 
 int mc_ascii_parse(const char *line, size_t len, mc_ascii_cmd *cmd)
 {
+    const char *nul = (const char *)memchr(line, '\0', len);
+    if (nul) /* memcached parses the line as a C string: it ends here */
+        len = (size_t)(nul - line);
     struct tokens tk;
     tokenize(line, len, &tk);
     memset(cmd, 0, sizeof *cmd);

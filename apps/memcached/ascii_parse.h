@@ -6,9 +6,17 @@
  * trailing '\r' removed): no allocation, no I/O, no global state, so it is
  * unit-tested and fuzzed on its own. The result points into the line.
  *
+ * The line ends at its first NUL byte, if it has one: memcached reads a
+ * command line as a C string, so `get a\0b` asks for `a` and a key cannot
+ * hold a NUL.
+ *
  * Tokens are separated by runs of spaces (as memcached does). Numbers are
  * plain decimal digits (exptime and flush delays may start with '-'); a
- * number out of its range is a format error. Keys are at most MC_KEY_MAX
+ * number out of its range is a format error. Flags are read as memcached
+ * 1.6 reads them (strtoul): up to 2^64 - 1, an optional '+', leading
+ * whitespace other than spaces, '-' only when the result is still
+ * non-negative as a 64-bit signed number, and the low 32 bits are kept
+ * (memcached's flags are 32-bit: 4294967296 is stored and returned as 0). Keys are at most MC_KEY_MAX
  * bytes. Arity follows memcached's, including its leniency: `version` and
  * `quit` ignore extra tokens, and a storage command's optional last token
  * is ignored unless it is `noreply`.
@@ -80,7 +88,7 @@ typedef struct mc_ascii_cmd {
     mc_span key;    /* storage, delete, incr/decr, touch */
     mc_span keys;   /* get/gets/gat/gats: the keys, walk them with mc_next_key */
     unsigned nkeys; /* how many keys `keys` holds (>= 1) */
-    uint32_t flags;
+    uint32_t flags;  /* the low 32 bits of the number sent */
     int64_t exptime; /* as sent (storage, touch, gat/gats) */
     uint32_t bytes;  /* value length of a storage command */
     uint64_t cas;    /* cas: the compare value */

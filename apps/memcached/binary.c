@@ -12,16 +12,38 @@
  * buffered and written before the connection would wait for input, so a
  * batch of quiet requests closed by a noop leaves in one write.
  *
- * Errors: a request whose shape does not fit its opcode gets EINVAL, an
- * unknown opcode UNKNOWN_COMMAND, and in both cases its body is skipped and
- * the connection goes on. A request whose extras and key do not even fit in
- * its body, or a wrong magic byte, leaves the stream unframed: the
- * connection is closed. A value over the -I limit gets E2BIG ("Too large.")
- * and is skipped; a failed set also removes the key's old value.
+ * A step waits for the header, extras and key before it looks at any of
+ * them, as memcached does (unless they could never fit in the input buffer:
+ * then the key is over 250 bytes, which is EINVAL at once).
+ *
+ * Errors, as memcached 1.6.18 answers them:
+ *  - a request whose shape does not fit its opcode (extras, key or value it
+ *    must not have, a key over 250 bytes, extras and key longer than the
+ *    body) gets EINVAL and the connection is closed once that answer is
+ *    out: its body length cannot be trusted, and skipping it could swallow
+ *    every request that follows (a header claiming a 4 GiB body would);
+ *  - an unknown opcode gets UNKNOWN_COMMAND and its body is skipped;
+ *  - a value over the -I limit gets E2BIG ("Too large.") and is skipped; a
+ *    failed set also removes the key's old value. The answer is queued
+ *    before the value is skipped, so it leaves at once (memcached sends the
+ *    same bytes once the value is in);
+ *  - a wrong magic byte closes the connection.
+ * memcached keeps the length it skips in an int: a body (unknown opcode) or
+ * value (E2BIG) longer than INT32_MAX is answered and not skipped, and the
+ * bytes after the key are read as the next request. fern does the same, so
+ * the requests after such a header are answered, not swallowed (and a
+ * client that does send the value is cut off at its first byte, as by
+ * memcached, unless that byte happens to be the request magic).
  */
 #include "memcached.h"
 
 #include <string.h>
+
+/* Skip a body or value of n bytes, unless memcached would not (see above). */
+static bool skip_body(struct mc_conn *c, uint64_t n)
+{
+    return n > INT32_MAX || mc_skip(c, n);
+}
 
 static const char *status_text(int status)
 {
@@ -140,9 +162,8 @@ static bool update(struct mc_conn *c, const mc_bin_header *h, const uint8_t *ext
     if (r != MC_OK) {
         if (op == MC_SET)
             mc_unlink_key(key, h->keylen);
-        if (!mc_skip(c, vlen))
-            return false;
-        return respond_error(c, h, r == MC_TOO_LARGE ? MC_BIN_E2BIG : MC_BIN_ENOMEM);
+        return respond_error(c, h, r == MC_TOO_LARGE ? MC_BIN_E2BIG : MC_BIN_ENOMEM) &&
+               skip_body(c, vlen);
     }
     if (!mc_read_exact(c, mc_item_value(it), vlen)) {
         mc_item_release(it);
@@ -219,19 +240,19 @@ int mc_binary_step(struct mc_conn *c)
     int r = mc_bin_parse_header(p, have, &h);
     if (r <= 0)
         return r;
+    size_t fixed = MC_BIN_HEADER + h.extlen + h.keylen;
+    if (have < fixed && fixed <= MC_IN_CAP)
+        return 0;
     int kind;
     bool quiet;
     int st = mc_bin_check(&h, &kind, &quiet);
     if (st != MC_BIN_OK) {
         bool framed = (uint64_t)h.extlen + h.keylen <= h.bodylen;
         c->in_off += MC_BIN_HEADER;
-        if (!respond_error(c, &h, st) || !framed)
+        if (!respond_error(c, &h, st) || st == MC_BIN_EINVAL || !framed)
             return -1;
-        return mc_skip(c, h.bodylen) ? 1 : -1;
+        return skip_body(c, h.bodylen) ? 1 : -1;
     }
-    size_t fixed = MC_BIN_HEADER + h.extlen + h.keylen;
-    if (have < fixed)
-        return 0;
     const uint8_t *ext = p + MC_BIN_HEADER;
     const char *key = (const char *)ext + h.extlen;
     c->in_off += fixed; /* ext and key stay valid until the next read */

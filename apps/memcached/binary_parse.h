@@ -108,9 +108,11 @@ int mc_bin_parse_header(const uint8_t *p, size_t len, mc_bin_header *h);
 /* Check a decoded request's shape. Returns MC_BIN_OK with *kind and *quiet
  * set; MC_BIN_UNKNOWN_COMMAND for an opcode this server does not serve;
  * MC_BIN_EINVAL when the extras, key or value do not fit the opcode, a key
- * is over 250 bytes, or extras + key exceed the body. In both error cases
- * the answer goes out and the body is skipped when it is consistent
- * (extlen + keylen <= bodylen); otherwise the caller closes. */
+ * is over 250 bytes, or extras + key exceed the body. The caller answers
+ * either error; after EINVAL it closes the connection (as memcached does),
+ * after UNKNOWN_COMMAND it skips the body when extlen + keylen <= bodylen
+ * (unless it is over INT32_MAX bytes, which memcached does not skip: see
+ * binary.c) and closes otherwise. */
 int mc_bin_check(const mc_bin_header *h, int *kind, bool *quiet);
 
 /* Length of the value part of a request's body. Only meaningful after

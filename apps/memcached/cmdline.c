@@ -22,19 +22,32 @@
 
 #define FD_HEADROOM 64 /* listener, signalfd, epoll, stdio, blocking pool */
 
+/* Every option is listed here and in fern-memcached.1 (the install check
+ * compares the two). */
 static void usage(int code)
 {
     fprintf(code ? stderr : stdout,
             "usage: fern-memcached [options]\n"
+            "A memcached-compatible cache server (ASCII and binary protocols over TCP)\n"
+            "on fern green threads.\n"
+            "\n"
             "  -p, --port=PORT           TCP port (default 11211; 0 = any free port)\n"
-            "  -l, --listen=ADDR         address to listen on (default 127.0.0.1)\n"
-            "  -t, --threads=N           workers (default: one per CPU); also --workers\n"
-            "  -m, --memory-limit=MB     item memory in megabytes (default 64)\n"
-            "  -c, --conn-limit=N        simultaneous connections (default 1024)\n"
+            "  -l, --listen=ADDR         address or host name to listen on (default 127.0.0.1)\n"
+            "  -t, --threads=N           fern workers (default: one per CPU); also --workers\n"
+            "  -m, --memory-limit=MB     item memory in megabytes, k/m/g suffix for other\n"
+            "                            units (default 64)\n"
+            "  -c, --conn-limit=N        simultaneous connections (default 1024); a newcomer\n"
+            "                            past it gets \"ERROR Too many open connections\"\n"
             "  -I, --max-item-size=SIZE  largest item, k/m suffix (default 1m, 1k..1024m)\n"
-            "  -U, --udp-port=0          accepted; UDP is not served\n"
-            "  -v, --verbose             errors to stderr; -vv also connections\n"
-            "  -h, --help\n");
+            "  -U, --udp-port=0          accepted for memcached scripts; UDP is not served\n"
+            "  -v, --verbose             errors to stderr; -vv also each connection\n"
+            "  -h, --help                print this help and exit\n"
+            "\n"
+            "Once listening it prints \"listening on ADDR:PORT\" on stdout. SIGINT or\n"
+            "SIGTERM stops it: open connections are shut and get up to 2 s to finish;\n"
+            "exit status 0. A bad option: this help on stderr, exit status 2; a socket\n"
+            "that cannot be opened (address in use, ...): a message, exit status 1.\n"
+            "See fern-memcached(1).\n");
     exit(code);
 }
 

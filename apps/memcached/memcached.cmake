@@ -9,6 +9,14 @@ target_link_libraries(fern-memcached PRIVATE fern)
 target_compile_definitions(fern-memcached PRIVATE _GNU_SOURCE)
 target_compile_options(fern-memcached PRIVATE -Wall -Wextra -Werror)
 
+# Installed with the library (`cmake --install`): the server to bin/, found
+# relative to itself as PREFIX/bin/../LIBDIR/libfern.so (so an install into
+# any prefix runs without LD_LIBRARY_PATH), and its page to man1.
+set_target_properties(fern-memcached PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
+install(TARGETS fern-memcached RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+configure_file(${FERN_MC_DIR}/fern-memcached.1.in ${CMAKE_BINARY_DIR}/man/man1/fern-memcached.1 @ONLY)
+install(FILES ${CMAKE_BINARY_DIR}/man/man1/fern-memcached.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+
 # End-to-end tests. Each runs against fern-memcached and, as the proof that
 # the checks are right, against memcached itself (Debian `memcached`;
 # memccapable is Debian `libmemcached-tools`; .ci/run installs both). A
@@ -33,7 +41,12 @@ if(BUILD_TESTING)
     COMMAND python3 ${FERN_MC_CHECK} fern $<TARGET_FILE:fern-memcached> --connections ${FERN_MC_CONNS})
   add_test(NAME memcached_check_reference
     COMMAND python3 ${FERN_MC_CHECK} memcached ${FERN_MEMCACHED_REFERENCE})
+  # The same bytes to both servers, the answers compared with each other and
+  # with memcached 1.6.18's (tests/servers/memcached_diff.py).
+  add_test(NAME memcached_differential
+    COMMAND python3 ${CMAKE_SOURCE_DIR}/tests/servers/memcached_diff.py
+      $<TARGET_FILE:fern-memcached> ${FERN_MEMCACHED_REFERENCE})
   set_tests_properties(memcached_memccapable memcached_memccapable_reference memcached_check
-    memcached_check_reference PROPERTIES LABELS servers TIMEOUT 300
+    memcached_check_reference memcached_differential PROPERTIES LABELS servers TIMEOUT 300
     ENVIRONMENT "TSAN_OPTIONS=halt_on_error=1 second_deadlock_stack=1;ASAN_OPTIONS=detect_leaks=1:abort_on_error=0;UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
 endif()

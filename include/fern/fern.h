@@ -70,6 +70,14 @@ typedef struct fern_config {
                         * $FERN_PREEMPT=0) = no preemption (the slice is then
                         * still the unit for compensation). Otherwise
                         * [FERN_PREEMPT_MIN_US, FERN_PREEMPT_MAX_US]. */
+    const char *preempt_libs; /* shared libraries whose code may be preempted
+                        * besides the executable's (docs/preemption.md): a
+                        * colon-separated list of file names as loaded
+                        * ("libfoo.so.1", or "libfoo" for any libfoo.so*) or
+                        * absolute paths; copied by fern_init. NULL =
+                        * $FERN_PREEMPT_LIBS, "" = none. libc, the loader,
+                        * libstdc++, libgcc_s, the sanitizer runtimes and
+                        * fern's own libraries cannot be named. */
 } fern_config;
 
 #define FERN_PREEMPT_DEFAULT_US 10000L
@@ -84,7 +92,7 @@ typedef struct fern_config {
  * Returns 0; EINVAL if cfg asks for more than FERN_WORKERS_MAX workers, a
  * stack size outside [FERN_STACK_MIN, FERN_STACK_MAX] or a preempt_us that is
  * neither 0, FERN_PREEMPT_OFF nor in [FERN_PREEMPT_MIN_US,
- * FERN_PREEMPT_MAX_US], or if a FERN_*
+ * FERN_PREEMPT_MAX_US], a preempt_libs list that is not valid, or if a FERN_*
  * environment variable holds a value that is not accepted (one line on stderr
  * names the setting, the value and what is accepted); EBUSY if the runtime
  * is already running; EAGAIN/ENOMEM if workers or memory could not be had;
@@ -711,7 +719,10 @@ struct fern_stats {
     uint64_t spares_started;   /* compensation workers started because a
                                   worker was stuck with work waiting, since
                                   fern_init; `workers` counts running ones */
-    uint64_t deadlocks_reported; /* deadlock reports printed since fern_init */
+    uint64_t deadlocks_reported; /* deadlock reports printed since fern_init
+                                  (none with $FERN_DEADLOCK=off; with
+                                  $FERN_DEADLOCK=fatal the first one ends
+                                  the process with abort()) */
 };
 
 /* Fill *s with counters (read without stopping workers: each is exact, the

@@ -297,4 +297,110 @@ TEST(DumpSignalDeathTest, OffAndTakenSignalsAreLeftAlone)
         ::testing::ExitedWithCode(0), "");
 }
 
+// Started with SIGQUIT ignored, as a shell script's background job is:
+// fern_init leaves it ignored and says so once on stderr, with the way
+// out; a second fern_init in the same process says nothing more.
+TEST(DumpSignalDeathTest, IgnoredAtStartSaysSoOnce)
+{
+    GTEST_FLAG_SET(death_test_style, fern_test::death_style());
+    EXPECT_EXIT(
+        {
+            unsetenv("FERN_DUMP_SIGNAL");
+            signal(SIGQUIT, SIG_IGN);
+            ErrCapture c;
+            if (fern_init(nullptr) != 0)
+                _exit(90);
+            std::string got = c.read_err();
+            const std::string line =
+                "fern: SIGQUIT is ignored (as in a shell script's background job), so kill -QUIT "
+                "will not print fern_dump; FERN_DUMP_SIGNAL=QUIT takes it anyway, "
+                "FERN_DUMP_SIGNAL=USR2 (or another signal) uses another, FERN_DUMP_SIGNAL=off "
+                "turns this off\n";
+            if (got != line) {
+                dup2(c.saved, 2);
+                fprintf(stderr, "got: [%s]\n", got.c_str());
+                _exit(40);
+            }
+            struct sigaction q;
+            sigaction(SIGQUIT, nullptr, &q);
+            if (q.sa_handler != SIG_IGN)
+                _exit(41); // left ignored
+            fern_shutdown();
+            if (fern_init(nullptr) != 0)
+                _exit(90);
+            if (!c.read_err().empty())
+                _exit(42); // once per process
+            fern_shutdown();
+            _exit(0);
+        },
+        ::testing::ExitedWithCode(0), "");
+}
+
+// FERN_DUMP_SIGNAL=QUIT names the ignored signal explicitly: fern takes it
+// (no line), dumps on it, and fern_shutdown gives SIG_IGN back.
+TEST(DumpSignalDeathTest, ExplicitSettingTakesAnIgnoredSignal)
+{
+    GTEST_FLAG_SET(death_test_style, fern_test::death_style());
+    EXPECT_EXIT(
+        {
+            setenv("FERN_DUMP_SIGNAL", "QUIT", 1);
+            signal(SIGQUIT, SIG_IGN);
+            {
+                ErrCapture c;
+                if (fern_init(nullptr) != 0)
+                    _exit(90);
+                if (c.read_err().find("is ignored") != std::string::npos)
+                    _exit(43);
+                fern_shutdown();
+                struct sigaction q;
+                sigaction(SIGQUIT, nullptr, &q);
+                if (q.sa_handler != SIG_IGN)
+                    _exit(44); // given back ignored
+            }
+            dump_child(SIGQUIT); // exits 0 once the dump shows the thread
+        },
+        ::testing::ExitedWithCode(0), "");
+}
+
+// What BackgroundJobOfAScriptIsToldWhy runs in the background of a shell:
+// not run otherwise (DISABLED_).
+TEST(DumpSignalBackground, DISABLED_Child)
+{
+    unsetenv("FERN_DUMP_SIGNAL");
+    struct sigaction q;
+    sigaction(SIGQUIT, nullptr, &q);
+    fprintf(stderr, "child: SIGQUIT %s\n", q.sa_handler == SIG_IGN ? "ignored" : "not ignored");
+    ASSERT_EQ(0, fern_init(nullptr));
+    ASSERT_EQ(0, fern_shutdown());
+}
+
+// The real case: `prog &` in a script. The shell starts the job with
+// SIGQUIT ignored, and fern says so on stderr.
+TEST(DumpSignalBackground, BackgroundJobOfAScriptIsToldWhy)
+{
+#ifdef FERN_TEST_EMULATED
+    GTEST_SKIP() << "the shell cannot execute the emulated test binary itself";
+#endif
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    ASSERT_GT(n, 0);
+    self[n] = 0;
+    std::string cmd = std::string("sh -c '\"$0\" --gtest_filter=DumpSignalBackground.DISABLED_Child "
+                                  "--gtest_also_run_disabled_tests 2>&1 & wait' '") +
+                      self + "'";
+    FILE *p = popen(cmd.c_str(), "r");
+    ASSERT_NE(nullptr, p);
+    std::string out;
+    char buf[4096];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, p)) > 0)
+        out.append(buf, got);
+    EXPECT_EQ(0, pclose(p)) << out;
+    EXPECT_NE(std::string::npos, out.find("child: SIGQUIT ignored")) << out;
+    EXPECT_NE(std::string::npos,
+              out.find("fern: SIGQUIT is ignored (as in a shell script's background job), so "
+                       "kill -QUIT will not print fern_dump; FERN_DUMP_SIGNAL=QUIT takes it anyway"))
+        << out;
+}
+
 } // namespace

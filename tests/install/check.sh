@@ -137,6 +137,40 @@ man_pages() {
 }
 check man-pages man_pages
 
+# fern-memcached (examples/memcached/) is installed with the library when the
+# examples are built (FERN_BUILD_EXAMPLES, on in `make build`): it runs from
+# the prefix without LD_LIBRARY_PATH, its --help and its man page describe
+# the same options, `man fern-memcached` finds the page, and it serves and
+# stops on SIGTERM with status 0.
+memcached_installed() {
+    bin="$prefix/bin/fern-memcached"
+    page="$prefix/share/man/man1/fern-memcached.1"
+    [ -x "$bin" ] || { echo "no $bin"; return 1; }
+    help=$(env -u LD_LIBRARY_PATH "$bin" --help) || { echo "--help failed"; return 1; }
+    echo "$help" | head -n 1 | grep -q '^usage: fern-memcached' || { echo "help: $help"; return 1; }
+    MANPATH="$prefix/share/man" man -w fern-memcached | grep -q "$page" || return 1
+    opts=$(echo "$help" | grep -o -e '--[a-z][a-z-]*' | sort -u)
+    [ -n "$opts" ] || { echo "no options in --help"; return 1; }
+    for o in $opts; do
+        sed 's/\\-/-/g' "$page" | grep -q -e "$o" || { echo "$o is not in $page"; return 1; }
+    done
+    "$bin" -p 0 -t 1 >"$work/mc.out" 2>"$work/mc.err" &
+    pid=$!
+    i=0
+    while ! grep -q '^listening on 127\.0\.0\.1:[0-9]' "$work/mc.out" && [ $i -lt 100 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    grep -q '^listening on' "$work/mc.out" || { kill "$pid"; cat "$work/mc.err"; return 1; }
+    kill -TERM "$pid"
+    wait "$pid" || { echo "exit status $? after SIGTERM"; return 1; }
+}
+if grep -q '^FERN_BUILD_EXAMPLES:BOOL=ON' "$build/CMakeCache.txt"; then
+    check fern-memcached-installed memcached_installed
+else
+    echo "note  fern-memcached-installed: not checked, $build has FERN_BUILD_EXAMPLES off"
+fi
+
 # The flags consumers get carry -fstack-clash-protection: a 200 KiB frame on
 # a 128 KiB stack (overflow.c) is reported as an overflow naming the thread,
 # built with pkg-config and with the CMake package.

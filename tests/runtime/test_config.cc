@@ -289,4 +289,64 @@ TEST_F(Config, InitAfterImplicitStartSaysWhy) {
     EXPECT_EQ(1u, fern_cluster_workers(fern_cluster_default()));
 }
 
+// FERN_PREEMPT_LIBS / fern_config.preempt_libs (docs/preemption.md, "What
+// is interrupted"): a valid list is taken and shown by fern_dump with the
+// listed libraries found loaded; a malformed list, or one naming a library
+// that is never preempted, is rejected with one line.
+TEST_F(Config, PreemptLibs) {
+    setenv("FERN_PREEMPT_LIBS", "libm:libnotloaded.so.1:/opt/x/libbar.so", 1);
+    int rc = -1;
+    EXPECT_EQ("", init_stderr(nullptr, &rc));
+    ASSERT_EQ(0, rc);
+    char *text = nullptr;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    fern_dump(f);
+    fclose(f);
+    std::string dump(text);
+    free(text);
+    if (dump.find("preemption off") == std::string::npos) { // off under Valgrind
+        // libstdc++ needs libm, so it is loaded; the other two are not.
+        EXPECT_NE(std::string::npos,
+                  dump.find("; of the listed libraries (libm:libnotloaded.so.1:/opt/x/libbar.so): "
+                            "libm.so.6\n"))
+            << dump;
+    }
+    stop();
+    unsetenv("FERN_PREEMPT_LIBS");
+
+    const char *syntax = "a colon-separated list of shared library file names (libfoo.so.1, or "
+                         "libfoo for any libfoo.so*) or absolute paths, without spaces or empty "
+                         "entries, at most 1023 bytes";
+    const char *runtime = "libraries other than libc, the loader, libpthread, libdl, librt, "
+                          "libstdc++, libgcc_s, the sanitizer runtimes and fern's own (whose code "
+                          "is never preempted)";
+    expect_rejected("FERN_PREEMPT_LIBS", "libfoo::libbar", syntax);
+    expect_rejected("FERN_PREEMPT_LIBS", "libfoo:", syntax);
+    expect_rejected("FERN_PREEMPT_LIBS", "libfoo libbar", syntax);
+    expect_rejected("FERN_PREEMPT_LIBS", "lib/libfoo.so", syntax);
+    expect_rejected("FERN_PREEMPT_LIBS", "/opt/lib/", syntax);
+    expect_rejected("FERN_PREEMPT_LIBS", std::string(1100, 'a').c_str(), syntax);
+    expect_rejected("FERN_PREEMPT_LIBS", "libfoo:libc", runtime);
+    expect_rejected("FERN_PREEMPT_LIBS", "libc.so.6", runtime);
+    expect_rejected("FERN_PREEMPT_LIBS", "/lib/x86_64-linux-gnu/libc.so.6", runtime);
+    expect_rejected("FERN_PREEMPT_LIBS", "libstdc++", runtime);
+    expect_rejected("FERN_PREEMPT_LIBS", "ld-linux-x86-64.so.2", runtime);
+    expect_rejected("FERN_PREEMPT_LIBS", "libfern-hook", runtime);
+    expect_rejected("FERN_PREEMPT_LIBS", "libtsan.so.2", runtime);
+
+    // The field, when set, is used instead of the variable ("" = none).
+    fern_config cfg{1, 0, 0, "libgcc_s.so.1"};
+    EXPECT_EQ(std::string("fern: fern_config.preempt_libs=\"libgcc_s.so.1\" is not valid: expected ") +
+                  runtime + "\n",
+              init_stderr(&cfg, &rc));
+    EXPECT_EQ(EINVAL, rc);
+    setenv("FERN_PREEMPT_LIBS", "bad list", 1);
+    cfg.preempt_libs = "";
+    EXPECT_EQ("", init_stderr(&cfg, &rc));
+    EXPECT_EQ(0, rc);
+    stop();
+    unsetenv("FERN_PREEMPT_LIBS");
+}
+
 }  // namespace

@@ -7,14 +7,21 @@
       The build tree: the extension loads from the library's embedded
       .debug_gdb_scripts section. info fern-threads lists the three parked
       threads with their states and where each parked; fern-thread NAME bt
-      shows the parking function and ends at the entry trampoline; the same
-      again from a core written with gcore (FERN_GUARD=mprotect) and from a
-      kernel core dump (default guards; where core_pattern writes a file in
-      the cwd, else it says it did not run).
+      shows each thread's own parking function and ends at the entry
+      trampoline; the same again from a core written with gcore
+      (FERN_GUARD=mprotect) and from a kernel core dump (default guards;
+      where core_pattern writes a file in the cwd, else it says it did not
+      run). Then all of it (live and gcore) with the extension loaded twice:
+      gdb/fern-gdb.py sourced first, the embedded copy after it. However
+      many copies load, gdb lists one fern unwinder and one frame filter.
   check.py installed BUILD_DIR CMAKE CC SOURCE
-      Installs into a scratch prefix, strips the library (so the embedded
-      copy is gone) and proves the installed share/gdb/auto-load file is
-      found with only add-auto-load-scripts-directory, and not without it;
+      Installs into a scratch prefix. Each way of loading the extension,
+      live and on a gcore core, with every check above: the documented
+      command (safe-path / plus add-auto-load-scripts-directory), which
+      loads both the installed file and the embedded copy (checked with
+      info auto-load), also on a kernel core dump; the embedded copy alone; then, with the library
+      stripped (the embedded copy gone), the installed file alone, found
+      with only add-auto-load-scripts-directory, and nothing without it.
       readelf -n on the installed library lists the six USDT probes; a
       program linked with the installed libfern.a has the extension too.
   check.py perf PROGRAM PROGRAM_FP
@@ -28,6 +35,11 @@
       tests/tools/busy.c under valgrind: no error, and no "client switching
       stacks" warning (fern registers each green stack with
       VALGRIND_STACK_REGISTER).
+  check.py deadlock PROGRAM
+      tests/tools/deadlocked.c with FERN_DEADLOCK=fatal: the deadlock
+      report walks each parked thread's stack by frame pointers (libunwind
+      is kept out, see that file), says so, names transfer and audit in
+      their threads' backtraces, and the process ends by SIGABRT.
   The live and installed modes also stop gdb at the USDT probes and read their arguments.
 """
 import os
@@ -82,15 +94,20 @@ PARKED = (
 )
 
 
-def inspect(target_args, label):
-    """Run the checks on a live process or a core (target_args)."""
+def inspect(target_args, label, pre=()):
+    """Run the checks on a live process or a core (target_args), gdb's
+    options pre (how the extension is loaded) first."""
     cmds = ["-ex", "echo @@list\\n", "-ex", "info fern-threads"]
     for name, _, _ in PARKED + (("main", "", ""),):
         cmds += ["-ex", "echo @@bt %s\\n" % name, "-ex", "fern-thread %s bt" % name]
     cmds += ["-ex", "echo @@all\\n", "-ex", "fern-thread apply all bt 1"]
     cmds += ["-ex", "echo @@bad\\n", "-ex", "fern-thread no-such-thread bt"]
     cmds += ["-ex", "echo @@end\\n"]
-    out = gdb(target_args[:-1] + cmds + target_args[-1:]) if label == "live" else gdb(cmds + target_args)
+    pre = list(pre)
+    if target_args[0] == "-ex":  # live: run first, then look
+        out = gdb(pre + target_args[:-1] + cmds + target_args[-1:])
+    else:
+        out = gdb(pre + cmds + target_args)
     listing = bt_of(out, "@@list")
     for name, state, fn in PARKED:
         row = thread_row(listing, name)
@@ -103,6 +120,10 @@ def inspect(target_args, label):
               "%s: %s's backtrace ends at fern_ctx_entry" % (label, name), bt)
         check(not any("stop_here" in l or "main_green" in l for l in frames),
               "%s: %s's backtrace has none of the host thread's frames" % (label, name), bt)
+        # Its own stack, not another's: none of the other waiters' functions.
+        others = [f for n, _, f in PARKED if n != name]
+        check(not any(f in l for l in frames for f in others),
+              "%s: %s's backtrace has none of the other waiters' frames" % (label, name), bt)
     row = thread_row(listing, "main")
     check("running" in row, "%s: main is running" % label, listing)
     bt = bt_of(out, "@@bt main")
@@ -139,7 +160,7 @@ def probes_hit(prog, label):
     check(re.search(r"@@park \d+ \w", out) is not None, "%s: fern:park gives an id and what" % label, out)
 
 
-def kernel_core(prog, tmp):
+def kernel_core(prog, tmp, label="kernel core", pre=()):
     """The program dumps core itself (its SIGTRAP, default guards): the
     kernel's dump keeps the stacks gcore loses to MADV_GUARD_INSTALL."""
     with open("/proc/sys/kernel/core_pattern") as f:
@@ -147,41 +168,72 @@ def kernel_core(prog, tmp):
     if pattern.startswith("|") or "/" in pattern:
         print("NOTE: kernel core dump check NOT RUN: core_pattern is %r (not a file in the cwd)" % pattern)
         return
-    cwd = os.path.join(tmp, "kcore")
-    os.mkdir(cwd)
+    cwd = tempfile.mkdtemp(dir=tmp)
     r = subprocess.run([prog], cwd=cwd, capture_output=True, timeout=TIMEOUT,
                        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY,
                                                                                     resource.RLIM_INFINITY)))
     cores = [os.path.join(cwd, c) for c in os.listdir(cwd) if c.startswith("core")]
-    check(r.returncode == -signal.SIGTRAP and cores, "the kernel wrote a core (exit %d)" % r.returncode)
+    check(r.returncode == -signal.SIGTRAP and cores, "%s: the kernel wrote a core (exit %d)"
+          % (label, r.returncode))
     if cores:
-        inspect([prog, cores[0]], "kernel core")
+        inspect([prog, cores[0]], label, pre)
+
+
+def live_and_gcore(prog, tmp, label, pre=()):
+    """inspect() on the running program, and on a gcore of it; pre: how
+    the extension is loaded."""
+    core = os.path.join(tmp, label.replace(" ", "_").replace(",", "") + ".core")
+    # gcore reads memory in 1 MiB pieces through /proc/pid/mem, and a
+    # MADV_GUARD_INSTALL guard page fails the whole piece, so a gcore
+    # of green stacks needs mprotect guards (kernel core dumps do not:
+    # see docs/debugging.md).
+    env = dict(os.environ, FERN_GUARD="mprotect")
+    out = gdb(list(pre) + ["-ex", "run", "-ex", "gcore " + core] +
+              ["-ex", "echo @@list\\n", "-ex", "info fern-threads", "-ex", "echo @@end\\n", prog], env=env)
+    check(os.path.exists(core), "%s: gcore wrote a core" % label, out)
+    inspect(["-ex", "run", prog], label, pre)
+    if os.path.exists(core):
+        inspect([prog, core], label + " core", pre)
+        os.unlink(core)
+
+
+# The extension's source, for loading it a second time by hand.
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "gdb", "fern-gdb.py")
 
 
 def live(prog, gcore=True):
     probes_hit(prog, "live")
+    twice = ["-iex", "source " + SCRIPT]
+    loaded_scripts(prog, twice, "live, loaded twice")
     if not gcore:
         inspect(["-ex", "run", prog], "live")
+        inspect(["-ex", "run", prog], "live, loaded twice", twice)
         print("NOTE: core-file checks NOT RUN in this (sanitizer) build: gcore would copy the "
               "sanitizer's shadow memory; the Release build runs them")
         return
     tmp = tempfile.mkdtemp()
     try:
-        core = os.path.join(tmp, "parked.core")
-        # gcore reads memory in 1 MiB pieces through /proc/pid/mem, and a
-        # MADV_GUARD_INSTALL guard page fails the whole piece, so a gcore
-        # of green stacks needs mprotect guards (kernel core dumps do not:
-        # see docs/debugging.md).
-        env = dict(os.environ, FERN_GUARD="mprotect")
-        out = gdb(["-ex", "run", "-ex", "gcore " + core] +
-                  ["-ex", "echo @@list\\n", "-ex", "info fern-threads", "-ex", "echo @@end\\n", prog], env=env)
-        check(os.path.exists(core), "gcore wrote a core", out)
-        inspect(["-ex", "run", prog], "live")
-        if os.path.exists(core):
-            inspect([prog, core], "core")
+        live_and_gcore(prog, tmp, "live")
         kernel_core(prog, tmp)
+        live_and_gcore(prog, tmp, "live, loaded twice", twice)
     finally:
         shutil.rmtree(tmp)
+
+
+def loaded_scripts(prog, pre, label):
+    """The scripts gdb says it loaded for prog: (installed file?, embedded?).
+    Also checks that however many copies ran, gdb has one fern unwinder and
+    one fern frame filter."""
+    out = gdb(list(pre) + ["-ex", "break main", "-ex", "run", "-ex", "info auto-load python-scripts",
+                           "-ex", "echo @@unwinders\\n", "-ex", "info unwinder",
+                           "-ex", "info frame-filter", "-ex", "echo @@end\\n", "-ex", "kill", prog])
+    rows = [l.rstrip() for l in out.splitlines() if l.startswith("Yes")]
+    regs = bt_of(out, "@@unwinders")
+    check(len(re.findall(r"^[ \t]+fern$", regs, re.M)) == 1 and
+          len(re.findall(r"^[ \t]+100[ \t]+Yes[ \t]+fern$", regs, re.M)) == 1,
+          "%s: one fern unwinder and one fern frame filter registered" % label, regs)
+    return (any(l.endswith("-gdb.py") for l in rows),
+            any("gdb.inlined-script.fern" in l for l in rows), out)
 
 
 def installed(build, cmake, cc, source):
@@ -196,18 +248,31 @@ def installed(build, cmake, cc, source):
         script = os.path.join(prefix, "share/gdb/auto-load") + real + "-gdb.py"
         check(os.path.exists(script), "the extension is installed as " + script)
         probes_listed(real)
-        subprocess.run(["strip", "-g", real], check=True, timeout=TIMEOUT)
-        probes_listed(real)
-        r = subprocess.run(["readelf", "-S", real], capture_output=True, text=True, timeout=TIMEOUT)
-        check(".debug_gdb_scripts" not in r.stdout, "strip -g removed the embedded copy")
         prog = os.path.join(tmp, "parked")
         subprocess.run([cc, "-g", "-o", prog, os.path.join(source, "tests/tools/parked.c"),
                         "-I", os.path.join(prefix, "include"), "-L", libdir, "-lfern",
                         "-Wl,-rpath," + libdir, "-pthread"], check=True, timeout=TIMEOUT)
+        # The documented command (docs/debugging.md) on the unstripped
+        # library: gdb runs both the installed file and the embedded copy.
         auto = ["-iex", "add-auto-load-scripts-directory " + os.path.join(prefix, "share/gdb/auto-load")]
-        out = gdb(auto + ["-ex", "run", "-ex", "info fern-threads", "-ex", "fern-thread sleeper bt", prog])
-        check("parked on sleep" in thread_row(out, "sleeper"), "installed: info fern-threads auto-loaded", out)
-        check("wait_asleep" in out, "installed: fern-thread sleeper bt", out)
+        file_, embedded, out = loaded_scripts(prog, auto, "documented command")
+        check(file_ and embedded, "documented command: gdb loaded both the installed file and the "
+              "embedded copy", out)
+        live_and_gcore(prog, tmp, "documented command", auto)
+        kernel_core(prog, tmp, "documented command, kernel core", auto)
+        # The embedded copy alone (no auto-load directory).
+        file_, embedded, out = loaded_scripts(prog, [], "embedded only")
+        check(embedded and not file_, "no auto-load directory: gdb loaded the embedded copy only", out)
+        live_and_gcore(prog, tmp, "embedded only")
+        subprocess.run(["strip", "-g", real], check=True, timeout=TIMEOUT)
+        probes_listed(real)
+        r = subprocess.run(["readelf", "-S", real], capture_output=True, text=True, timeout=TIMEOUT)
+        check(".debug_gdb_scripts" not in r.stdout, "strip -g removed the embedded copy")
+        # The library stripped, so its embedded copy is gone: only the
+        # installed file can give the extension.
+        file_, embedded, out = loaded_scripts(prog, auto, "installed file only")
+        check(file_ and not embedded, "stripped: gdb loaded the installed file only", out)
+        live_and_gcore(prog, tmp, "installed file only", auto)
         probes_hit(prog, "installed")
         # A static link carries the map and the embedded extension along.
         prog_static = os.path.join(tmp, "parked_static")
@@ -275,6 +340,30 @@ def valgrind(prog):
           r.stderr[-3000:])
 
 
+def deadlock(prog):
+    env = dict(os.environ, FERN_DEADLOCK="fatal")
+    r = subprocess.run([prog], capture_output=True, text=True, timeout=TIMEOUT, env=env,
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)))
+    err = r.stderr
+    check(r.returncode == -signal.SIGABRT, "deadlock: FERN_DEADLOCK=fatal ends by SIGABRT (exit %d)"
+          % r.returncode, err)
+    check("fern: deadlock is fatal (FERN_DEADLOCK=fatal): aborting" in err, "deadlock: says it aborts", err)
+    check(err.count("    (backtrace by frame pointers: libunwind.so.8 not found or unusable;") == 2, "deadlock: both backtraces by frame pointers", err)
+    for name, other in (("transfer", "audit"), ("audit", "transfer")):
+        # This thread's backtrace: from its line to the next thread's.
+        m = re.search(r'thread \d+ "%s" waits for mutex (\S+) \(0x[0-9a-f]+\)[^\n]*\n((?:    [^\n]*\n)*)'
+                      % name, err)
+        bt = m.group(2) if m else ""
+        check(re.search(r"^    #\d+ 0x[0-9a-f]+ %s\+0x[0-9a-f]+ \(/\S+deadlocked_fp\+0x[0-9a-f]+\)$" % name,
+                        bt, re.M) is not None,
+              "deadlock: %s's backtrace names %s (deadlocked_fp+offset)" % (name, name), err)
+        check(other + "+0x" not in bt, "deadlock: %s's backtrace has none of %s's frames" % (name, other), bt)
+        check(re.search(r"^    #\d+ 0x[0-9a-f]+ fern_ctx_entry\+0x", bt, re.M) is not None,
+              "deadlock: %s's backtrace reaches fern_ctx_entry" % name, bt)
+    check("waits for mutex ledger_lock (" in err and "waits for mutex accounts_lock (" in err,
+          "deadlock: the static mutexes by name", err)
+
+
 def main():
     if len(sys.argv) < 3:
         sys.argv[1:] = ["usage"]
@@ -284,10 +373,13 @@ def main():
         valgrind(sys.argv[2])
     elif sys.argv[1] == "perf":
         perf(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "deadlock":
+        deadlock(sys.argv[2])
     elif sys.argv[1] == "installed":
         installed(*sys.argv[2:6])
     else:
-        sys.exit("usage: check.py live PROGRAM [nogcore] | installed BUILD CMAKE CC SOURCE | perf PROGRAM PROGRAM_FP | valgrind PROGRAM")
+        sys.exit("usage: check.py live PROGRAM [nogcore] | installed BUILD CMAKE CC SOURCE | perf PROGRAM PROGRAM_FP | "
+                 "valgrind PROGRAM | deadlock PROGRAM")
     if failures:
         print("%d check(s) failed" % len(failures))
         sys.exit(1)

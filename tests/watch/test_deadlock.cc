@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Deadlock reports (src/deadlock.c): a fern_mutex ownership cycle is
-// reported once, naming the threads and mutexes, and the program keeps
-// running; waits a plain thread or a timer can still end are never
+// reported once, naming the threads, the mutexes (by symbol where they
+// have one) and each thread's backtrace, and the program keeps running
+// (FERN_DEADLOCK=fatal: it aborts; off: no report); waits a plain thread or a timer can still end are never
 // reported; the whole-program "all asleep" case is reported only when
 // provable.
 #include "fern_test.h"
@@ -12,6 +13,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -19,6 +21,7 @@
 
 #include <cstddef>
 
+#include <regex>
 #include <string>
 
 using namespace fern_test;
@@ -85,6 +88,34 @@ namespace {
 fern_mutex dl_m1 = FERN_MUTEX_INIT, dl_m2 = FERN_MUTEX_INIT;
 fern_sem dl_both;
 
+} // namespace
+
+// Global-namespace statics: a C++ compiler leaves their names unmangled,
+// as a C program's `static fern_mutex accounts_lock` would be.
+static fern_mutex accounts_lock = FERN_MUTEX_INIT, ledger_lock = FERN_MUTEX_INIT;
+
+// The two sides of the backtrace test, each parking from a function of its
+// own (noinline, no tail call) so its frame is in the report.
+__attribute__((noinline)) static void *transfer(void *) {
+    fern_mutex_lock(&accounts_lock);
+    fern_sem_post(&dl_both);
+    fern_sleep_ns(ms(20));
+    fern_mutex_lock(&ledger_lock);
+    __asm__ volatile("" ::: "memory");
+    return nullptr;
+}
+
+__attribute__((noinline)) static void *audit(void *) {
+    fern_mutex_lock(&ledger_lock);
+    fern_sem_post(&dl_both);
+    fern_sleep_ns(ms(20));
+    fern_mutex_lock(&accounts_lock);
+    __asm__ volatile("" ::: "memory");
+    return nullptr;
+}
+
+namespace {
+
 // Takes `first`, then (after the other thread took its own) `second`: with
 // the other thread doing the opposite, never returns. Plain functions, no
 // heap: shutdown abandons these threads.
@@ -99,6 +130,69 @@ void *take_two(void *arg) {
 }
 
 } // namespace
+
+// A death test first (GoogleTest runs *DeathTest suites before the others,
+// so the fork of "fast" style, used under qemu-user, has no runtime yet).
+// FERN_DEADLOCK=fatal: the report, then abort().
+void fatal_child() {
+    struct rlimit no_core = {0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);
+    setenv("FERN_DEADLOCK", "fatal", 1);
+    fern_config cfg{2, 0, 0};
+    if (fern_init(&cfg)) _exit(90);
+    fern_sem_init(&dl_both, 0);
+    fern_attr a{};
+    a.name = "alpha";
+    fern_thread *ta, *tb;
+    fern_spawn(&ta, &a, take_two, nullptr);
+    a.name = "beta";
+    fern_spawn(&tb, &a, take_two, &dl_m2);
+    fern_sleep_ns(ms(20000)); // from this plain thread: the monitor aborts first
+    _exit(91);
+}
+
+TEST(DeadlockDeathTest, FatalAbortsAfterTheReport) {
+    GTEST_FLAG_SET(death_test_style, death_style());
+    EXPECT_EXIT(fatal_child(),
+        ::testing::KilledBySignal(SIGABRT),
+        "wait for each other's fern_mutex:\n(.|\n)*\"alpha\"(.|\n)*"
+#if defined(__x86_64__)
+        "take_two(.|\n)*" // backtraces: x86_64 only
+#endif
+        "fern: deadlock is fatal \\(FERN_DEADLOCK=fatal\\): aborting\n");
+}
+
+// The function each thread blocked in, by name, in a frame line of the
+// report ("    #3 0x55... transfer(void*)+0x2d (/path/test_deadlock+0x1a2d)"),
+// and each static mutex by its symbol.
+TEST(Deadlock, ReportShowsBacktracesAndMutexSymbols) {
+    restart(2);
+    StderrCapture cap;
+    ASSERT_EQ(0, fern_sem_init(&dl_both, 0));
+    fern_attr a{};
+    a.name = "transfer";
+    fern_thread *ta, *tb;
+    ASSERT_EQ(0, fern_spawn(&ta, &a, transfer, nullptr));
+    a.name = "audit";
+    ASSERT_EQ(0, fern_spawn(&tb, &a, audit, nullptr));
+    EXPECT_TRUE(wait_until([] { return reported() >= 1; }, 4000));
+    std::string out = cap.text();
+#if defined(__x86_64__)
+    std::regex frame_t("\n    #[0-9]+ 0x[0-9a-f]+ transfer\\(void\\*\\)\\+0x[0-9a-f]+ \\(/[^ ]*"
+                       "test_deadlock\\+0x[0-9a-f]+\\)\n");
+    std::regex frame_a("\n    #[0-9]+ 0x[0-9a-f]+ audit\\(void\\*\\)\\+0x[0-9a-f]+ ");
+    EXPECT_TRUE(std::regex_search(out, frame_t)) << out;
+    EXPECT_TRUE(std::regex_search(out, frame_a)) << out;
+    // Each backtrace ends at the green stack's bottom.
+    EXPECT_NE(std::string::npos, out.find(" fern_ctx_entry+0x")) << out;
+#endif
+    EXPECT_NE(std::string::npos, out.find("waits for mutex ledger_lock (" + hex(&ledger_lock) + ")"))
+        << out;
+    EXPECT_NE(std::string::npos,
+              out.find("waits for mutex accounts_lock (" + hex(&accounts_lock) + ")"))
+        << out;
+    ASSERT_EQ(0, fern_shutdown());
+}
 
 TEST(Deadlock, OppositeOrderMutexesReportedOnce) {
     restart(2);
@@ -279,6 +373,14 @@ TEST(Deadlock, AllThreadsAsleepReported) {
     EXPECT_NE(std::string::npos, out.find("all 2 green threads are asleep")) << out;
     EXPECT_NE(std::string::npos, out.find("\"waiter\"")) << out;
     EXPECT_NE(std::string::npos, out.find("\"main\"")) << out;
+#if defined(__x86_64__)
+    // Each thread's backtrace, down to the green stack's bottom.
+    std::regex waiter("\"waiter\" parked on cond:\n(    #[0-9]+ 0x[0-9a-f]+ [^\n]*\n)*"
+                      "    #[0-9]+ 0x[0-9a-f]+ fern_ctx_entry\\+0x");
+    std::regex main_bt("\"main\" parked on join:\n    #0 0x[0-9a-f]+ ");
+    EXPECT_TRUE(std::regex_search(out, waiter)) << out;
+    EXPECT_TRUE(std::regex_search(out, main_bt)) << out;
+#endif
 }
 
 // The same with a deadline on the wait: a timer can still wake it.
@@ -336,4 +438,43 @@ TEST(Deadlock, CycleReportedWithoutProcessVmReadv) {
     EXPECT_NE(std::string::npos, out.find("wait for each other's fern_mutex")) << out;
     EXPECT_NE(std::string::npos, out.find("\"alpha\"")) << out;
     EXPECT_NE(std::string::npos, out.find("\"beta\"")) << out;
+}
+
+// FERN_DEADLOCK=off: the same cycle, no report.
+TEST(Deadlock, OffMakesNoReport) {
+    if (runtime_running()) {
+        ASSERT_EQ(0, fern_shutdown());
+    }
+    std::string out = child_stderr(
+        [] {
+            fern_mutex_init(&dl_m1);
+            fern_mutex_init(&dl_m2);
+            fern_sem_init(&dl_both, 0);
+            fern_thread *ta, *tb;
+            fern_spawn(&ta, nullptr, take_two, nullptr);
+            fern_spawn(&tb, nullptr, take_two, &dl_m2);
+            fputs("spawned\n", stderr);
+            fern_join(ta, nullptr);
+        },
+        2500, [] { return setenv("FERN_DEADLOCK", "off", 1) == 0; });
+    EXPECT_NE(std::string::npos, out.find("spawned")) << out;
+    EXPECT_EQ(std::string::npos, out.find("deadlock")) << out;
+}
+
+// A value that is none of report, fatal, off: fern_init says so and fails.
+TEST(Deadlock, InvalidSettingIsRefused) {
+    if (runtime_running()) {
+        ASSERT_EQ(0, fern_shutdown());
+    }
+    setenv("FERN_DEADLOCK", "abort", 1);
+    StderrCapture cap;
+    fern_config cfg{1, 0, 0};
+    int r = fern_init(&cfg);
+    unsetenv("FERN_DEADLOCK");
+    EXPECT_EQ(EINVAL, r);
+    if (r == 0) fern_shutdown();
+    EXPECT_NE(std::string::npos,
+              cap.text().find("fern: FERN_DEADLOCK=\"abort\" is not valid: expected report (the "
+                              "default), fatal (abort after the report) or off\n"))
+        << cap.text();
 }

@@ -62,7 +62,6 @@ TEST(McAsciiParse, StorageLimits)
     ASSERT_EQ(parse("set k 4294967295 2147483647 2147483645", &c), MC_PARSE_OK);
     EXPECT_EQ(c.flags, 4294967295u);
     EXPECT_EQ(c.bytes, MC_VALUE_LEN_MAX);
-    EXPECT_EQ(parse("set k 4294967296 0 1", &c), MC_PARSE_FORMAT); // flags > 32 bits
     EXPECT_EQ(parse("set k 0 2147483648 1", &c), MC_PARSE_FORMAT); // exptime > int32
     EXPECT_EQ(parse("set k 0 0 -1", &c), MC_PARSE_FORMAT);         // negative length
     EXPECT_EQ(parse("set k 0 0 2147483646", &c), MC_PARSE_FORMAT); // length + 2 overflows
@@ -184,7 +183,55 @@ TEST(McAsciiParse, Misc)
     EXPECT_EQ(parse("    ", &c), MC_PARSE_UNKNOWN);
     EXPECT_EQ(parse("GET a", &c), MC_PARSE_UNKNOWN); // commands are case-sensitive
     EXPECT_EQ(parse("bogus", &c), MC_PARSE_UNKNOWN);
-    EXPECT_EQ(parse(std::string("get\0a", 5), &c), MC_PARSE_UNKNOWN);
+    EXPECT_EQ(parse(std::string("get\0a", 5), &c), MC_PARSE_UNKNOWN); // the line is "get"
+}
+
+// memcached 1.6.18 reads flags with strtoul and keeps the low 32 bits
+// (tests/servers/memcached_diff.py checks the same lines against it).
+TEST(McAsciiParse, FlagsAsMemcachedReadsThem)
+{
+    mc_ascii_cmd c;
+    ASSERT_EQ(parse("set k 4294967296 0 1", &c), MC_PARSE_OK);
+    EXPECT_EQ(c.flags, 0u);
+    ASSERT_EQ(parse("set k 4294967301 0 1", &c), MC_PARSE_OK);
+    EXPECT_EQ(c.flags, 5u);
+    ASSERT_EQ(parse("set k 18446744073709551615 0 1", &c), MC_PARSE_OK);
+    EXPECT_EQ(c.flags, 4294967295u);
+    EXPECT_EQ(parse("set k 18446744073709551616 0 1", &c), MC_PARSE_FORMAT); // over 2^64 - 1
+    EXPECT_EQ(parse("set k 99999999999999999999 0 1", &c), MC_PARSE_FORMAT);
+    ASSERT_EQ(parse("set k +7 0 1", &c), MC_PARSE_OK);
+    EXPECT_EQ(c.flags, 7u);
+    ASSERT_EQ(parse("set k \t8 0 1", &c), MC_PARSE_OK); // strtoul skips whitespace
+    EXPECT_EQ(c.flags, 8u);
+    ASSERT_EQ(parse("set k -0 0 1", &c), MC_PARSE_OK);
+    EXPECT_EQ(c.flags, 0u);
+    ASSERT_EQ(parse("set k -18446744073709551615 0 1", &c), MC_PARSE_OK); // 1 modulo 2^64
+    EXPECT_EQ(c.flags, 1u);
+    EXPECT_EQ(parse("set k -1 0 1", &c), MC_PARSE_FORMAT);
+    EXPECT_EQ(parse("set k +-1 0 1", &c), MC_PARSE_FORMAT);
+    EXPECT_EQ(parse("set k + 0 1", &c), MC_PARSE_FORMAT);
+    EXPECT_EQ(parse("set k 0x5 0 1", &c), MC_PARSE_FORMAT);
+    EXPECT_EQ(parse("set k 5\t 0 1", &c), MC_PARSE_FORMAT);
+}
+
+// memcached parses a command line as a C string: it ends at its first NUL.
+TEST(McAsciiParse, LineEndsAtNul)
+{
+    mc_ascii_cmd c;
+    ASSERT_EQ(parse(std::string("get a\0b", 7), &c), MC_PARSE_OK);
+    EXPECT_EQ(keys(c), std::vector<std::string>{"a"});
+    ASSERT_EQ(parse(std::string("get a\0b c", 9), &c), MC_PARSE_OK);
+    EXPECT_EQ(keys(c), std::vector<std::string>{"a"});
+    ASSERT_EQ(parse(std::string("get x a\0", 8), &c), MC_PARSE_OK);
+    EXPECT_EQ(keys(c), (std::vector<std::string>{"x", "a"}));
+    ASSERT_EQ(parse(std::string("delete a\0zz", 11), &c), MC_PARSE_OK);
+    EXPECT_EQ(str(c.key), "a");
+    EXPECT_EQ(parse(std::string("set q\0r 0 0 1", 13), &c), MC_PARSE_UNKNOWN); // "set q"
+    ASSERT_EQ(parse(std::string("set k 0 0 1\0 noreply", 20), &c), MC_PARSE_OK);
+    EXPECT_FALSE(c.noreply);
+    ASSERT_EQ(parse(std::string("stats\0settings", 14), &c), MC_PARSE_OK);
+    EXPECT_EQ(c.args.n, 0u);
+    EXPECT_EQ(parse(std::string("\0get a", 6), &c), MC_PARSE_UNKNOWN);
 }
 
 } // namespace

@@ -24,7 +24,9 @@ namespace fern {
  * EAGAIN/ENOMEM if workers or memory could not be had. */
 inline void init(unsigned workers = 0, std::size_t stack_size = 0)
 {
-    fern_config cfg{workers, stack_size, 0};
+    fern_config cfg{}; // every other field 0: its default
+    cfg.workers = workers;
+    cfg.stack_size = stack_size;
     detail::check(fern_init(&cfg), "fern::init");
 }
 

@@ -9,7 +9,8 @@
  * Besides "no crash", it checks the parser's promises:
  *  - the result is MC_PARSE_OK or one of the documented errors;
  *  - the same line parses the same way twice (a pure function);
- *  - on success every span lies inside the line, keys are 1..250 bytes,
+ *  - on success every span lies inside the line before its first NUL (a
+ *    line ends there, as in memcached), keys are 1..250 bytes,
  *    mc_next_key yields exactly nkeys keys and terminates, a value length
  *    is at most MC_VALUE_LEN_MAX, and the operation is a known one.
  */
@@ -42,11 +43,13 @@ static void parse_line(const char *data, size_t len)
           r == MC_PARSE_DELTA || r == MC_PARSE_EXPTIME || r == MC_PARSE_DELETE_USAGE);
     check(mc_ascii_parse(line, len, &again) == r && again.noreply == cmd.noreply);
     if (r == MC_PARSE_OK) {
+        const char *nul = memchr(line, '\0', len);
+        const char *hi = nul ? nul : line + len;
         check(cmd.op >= MC_A_GET && cmd.op <= MC_A_QUIT);
         check(again.op == cmd.op && again.bytes == cmd.bytes && again.nkeys == cmd.nkeys);
-        check_span(cmd.key, line, line + len);
-        check_span(cmd.keys, line, line + len);
-        check_span(cmd.args, line, line + len);
+        check_span(cmd.key, line, hi);
+        check_span(cmd.keys, line, hi);
+        check_span(cmd.args, line, hi);
         check(cmd.bytes <= MC_VALUE_LEN_MAX);
         switch (cmd.op) {
         case MC_A_GET:
@@ -57,7 +60,7 @@ static void parse_line(const char *data, size_t len)
             unsigned n = 0;
             while (mc_next_key(&rest, &k)) {
                 check(k.n >= 1 && k.n <= MC_KEY_MAX);
-                check_span(k, line, line + len);
+                check_span(k, line, hi);
                 check(++n <= len);
             }
             check(n == cmd.nkeys && n >= 1);
