@@ -42,9 +42,9 @@ if(BUILD_TESTING)
   add_test(NAME memcached_check_reference
     COMMAND python3 ${FERN_MC_CHECK} memcached ${FERN_MEMCACHED_REFERENCE})
   # The same bytes to both servers, the answers compared with each other and
-  # with memcached 1.6.18's (tests/servers/memcached_diff.py).
+  # with memcached 1.6.18's (tests/memcached_diff.py).
   add_test(NAME memcached_differential
-    COMMAND python3 ${CMAKE_SOURCE_DIR}/tests/servers/memcached_diff.py
+    COMMAND python3 ${FERN_MC_DIR}/tests/memcached_diff.py
       $<TARGET_FILE:fern-memcached> ${FERN_MEMCACHED_REFERENCE})
   set_tests_properties(memcached_memccapable memcached_memccapable_reference memcached_check
     memcached_check_reference memcached_differential PROPERTIES LABELS servers TIMEOUT 300

@@ -187,7 +187,7 @@ TEST(McAsciiParse, Misc)
 }
 
 // memcached 1.6.18 reads flags with strtoul and keeps the low 32 bits
-// (tests/servers/memcached_diff.py checks the same lines against it).
+// (memcached_diff.py, beside this file, checks the same lines against it).
 TEST(McAsciiParse, FlagsAsMemcachedReadsThem)
 {
     mc_ascii_cmd c;

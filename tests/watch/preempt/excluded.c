@@ -2,7 +2,7 @@
 /*
  * "Excluding a static library" (docs/preemption.md) works: the spinners run
  * in a static library whose code sections were renamed to fern_nopreempt
- * (tests/preempt/excluded_lib.c, cmake/nopreempt.cmake), so they are never
+ * (tests/watch/preempt/excluded_lib.c, cmake/nopreempt.cmake), so they are never
  * preempted: fern_stats counts no preemption, and the sleeper beside them
  * still finishes, served by compensation. fern_dump's preemption line
  * counts the excluded bytes.

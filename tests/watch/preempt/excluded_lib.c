@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* A static library whose code sections the build renames to fern_nopreempt
- * (cmake/nopreempt.cmake): tests/preempt/excluded.c. */
+ * (cmake/nopreempt.cmake): tests/watch/preempt/excluded.c. */
 #include <stdatomic.h>
 #include <stdint.h>
 

@@ -13,7 +13,7 @@
 // tests/CMakeLists.txt runs MallocChurn with LD_PRELOAD of each allocator
 // (FERN_TEST_ALLOCATOR names the library that must then be loaded) and both
 // suites on 1 and 2 workers (FERN_WORKERS).
-#include "../fern_test.h"
+#include "fern_test.h"
 
 #include <link.h>
 #include <openssl/err.h>
