@@ -59,13 +59,15 @@ test-fuzz:
 # PAC on: qemu's default CPU enforces both), GoogleTest built from source for
 # the target, the whole ctest suite under qemu (plus the stack suites again
 # with 64 KiB pages), then a program built against the installed library
-# with pkg-config. Release only: no sanitizers under emulation. Step
+# with pkg-config. The examples are built too (those whose libraries the
+# target lacks are skipped with a message: cmake/aarch64-linux-gnu.cmake);
+# their server tests run natively only (examples/CMakeLists.txt). Release only: no sanitizers under emulation. Step
 # `aarch64` of `make test`: the stress and scaled loops run at a tenth of
 # their size under qemu (tests/CMakeLists.txt), so the step takes ~5 min.
 A64_FLAGS := -mbranch-protection=standard
 test-aarch64:
 	cmake -S . -B build/aarch64 $(GEN) -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
-	  -DCMAKE_BUILD_TYPE=Release -DFERN_BUILD_BENCH=OFF -DFERN_BUILD_EXAMPLES=OFF \
+	  -DCMAKE_BUILD_TYPE=Release -DFERN_BUILD_BENCH=OFF -DFERN_BUILD_EXAMPLES=ON \
 	  -DFERN_GTEST_SOURCE=/usr/src/googletest -DFERN_HOOK_CLIENT_TESTS=OFF \
 	  -DCMAKE_C_FLAGS="$(A64_FLAGS)" -DCMAKE_CXX_FLAGS="$(A64_FLAGS)" -DCMAKE_ASM_FLAGS="$(A64_FLAGS)"
 	cmake --build build/aarch64 -j $(JOBS)
@@ -73,7 +75,11 @@ test-aarch64:
 	cd build/aarch64 && ctest --output-on-failure -j 2
 	sh tests/cross/check.sh build/aarch64
 
-demo: build
+# Only the tour (and libfern): it runs no other program, so the rest of the
+# tree (tests, benchmarks, servers) need not be built to watch it.
+demo:
+	cmake -S . -B build/release $(CMAKE_COMMON) -DCMAKE_BUILD_TYPE=Release
+	cmake --build build/release -j $(JOBS) --target tour
 	./build/release/examples/tour
 
 # The drivers draw plots when matplotlib imports; Debian's python3 has it

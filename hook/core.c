@@ -2,8 +2,9 @@
 /*
  * fern-hook's start-up and the waits every family shares (model: hook.h).
  *
- * Start-up runs as a constructor: it reads FERN_HOOK (0 turns hooking off)
- * and registers the fork handler that turns hooking off in a child, where
+ * Start-up runs as a constructor: it reads FERN_HOOK (0 turns hooking off,
+ * 1 or unset/empty leaves it on; anything else is refused, below) and
+ * registers the fork handler that turns hooking off in a child, where
  * only the forking thread exists and no runtime can run (the child usually
  * execs; plain-thread behaviour is what it needs). Nothing here looks up a
  * symbol: the transfer calls are raw system calls, and the name functions
@@ -14,6 +15,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -25,12 +27,29 @@ void hk_names_resolve(void) HK_HIDDEN;
 
 static void hk_child(void) { __atomic_store_n(&hk_on, 0, __ATOMIC_RELAXED); }
 
+/* FERN_HOOK is checked as src/config.c checks every other FERN_* variable:
+ * "0" or "1", unset or empty meaning the default (on), anything else is not
+ * guessed at. The other variables make fern_init fail with EINVAL; this one
+ * is read while the program loads, before main and before any fern call
+ * could report a failure, so the refusal is the process's: the same one line
+ * on stderr, then exit status 1, rather than running with hooking silently
+ * on ("banana") or off ("off", "false") against what the user meant. */
 __attribute__((constructor)) static void hk_start(void)
 {
     const char *v = getenv("FERN_HOOK");
+    int on = 1;
+    if (v && *v) {
+        if (strcmp(v, "0") == 0) {
+            on = 0;
+        } else if (strcmp(v, "1") != 0) {
+            fprintf(stderr, "fern: FERN_HOOK=\"%s\" is not valid: expected 0 (off) or 1 (on)\n",
+                    v);
+            exit(1);
+        }
+    }
     hk_names_resolve();
     pthread_atfork(NULL, NULL, hk_child);
-    __atomic_store_n(&hk_on, !(v && strcmp(v, "0") == 0), __ATOMIC_RELAXED);
+    __atomic_store_n(&hk_on, on, __ATOMIC_RELAXED);
 }
 
 /* Not inlined: errno's address must be computed after any park (hook.h). */

@@ -23,7 +23,7 @@
  * unlinks that waiter); on wake-up the select relocks the channels where it
  * still has waiters, not the one that fired (it may be destroyed already),
  * and unlinks them. Close and every waker leave a waiter they could not
- * claim linked, for its own thread to unlink: destroy says EBUSY until then.
+ * claim linked, for its own thread to unlink: destroy waits until then.
  *
  * Biased channels. Like a mutex (bias.c), a channel used only by the green
  * threads of a one-worker cluster is biased to that worker: its operations
@@ -97,12 +97,21 @@ int fern_chan_destroy(fern_chan *ch)
 {
     if (!ch)
         return EINVAL;
-    struct caller me;
-    bool plain = chan_lock(ch, &me);
-    bool busy = !waitq_empty(&ch->recvq) || !waitq_empty(&ch->sendq);
-    chan_unlock(ch, plain, &me);
-    if (busy)
-        return EBUSY;
+    /* The destroy rule (wait.c): EBUSY while a sender, receiver or select
+     * is blocked here; wait while one is only leaving (timed out, or its
+     * select fired elsewhere: it relocks ch to unlink itself, and that
+     * unlock is its last access). A thread inside an operation holds the
+     * lock, so taking it waits for that one too. */
+    for (unsigned n = 0;; destroy_backoff(&n)) {
+        struct caller me;
+        bool plain = chan_lock(ch, &me);
+        int rs = waitq_state(&ch->recvq), ss = waitq_state(&ch->sendq);
+        chan_unlock(ch, plain, &me);
+        if (rs == WQ_BLOCKED || ss == WQ_BLOCKED)
+            return EBUSY;
+        if (rs == WQ_IDLE && ss == WQ_IDLE)
+            break;
+    }
     free(ch->buf);
     free(ch);
     return 0;

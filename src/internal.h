@@ -130,6 +130,8 @@ struct timer_heap {
     uint32_t lock;
     uint32_t n, cap;
     struct timer **v;
+    int64_t due;    /* the earliest deadline, 0 if none: stored under the
+                     * lock, read relaxed by other workers (timers_help) */
 };
 void timer_add(struct worker *w, struct timer *t);
 void timer_cancel(struct timer *t);
@@ -306,6 +308,14 @@ struct waiter *waitq_claim_all(fern_waitq *q);
  * returns how many. */
 int waiters_release(struct waiter *chain, int result);
 static inline bool waitq_empty(const fern_waitq *q) { return q->head == NULL; }
+/* Under q's lock, for *_destroy (the destroy rule, wait.c): WQ_BLOCKED if a
+ * linked waiter still waits, else WQ_LEAVING if waiters that are leaving
+ * (timed out, or their select fired elsewhere) are linked, else WQ_IDLE. */
+enum { WQ_IDLE, WQ_LEAVING, WQ_BLOCKED };
+int waitq_state(const fern_waitq *q);
+/* One round of a destroy's wait for leaving threads; *n counts the rounds
+ * (start at 0). The caller holds no lock and has ended its operation. */
+void destroy_backoff(unsigned *n);
 
 /* ---- configuration (config.c): see docs/configuration.md ---- */
 enum { CONFIG_GUARD_AUTO, CONFIG_GUARD_MADVISE, CONFIG_GUARD_MPROTECT, CONFIG_GUARD_CANARY };
@@ -466,6 +476,8 @@ struct thread_chunk {
 /* ---- scheduler (sched.c) ---- */
 #define RUNQ_SIZE 4096u
 #define NEXT_STREAK_MAX 32u
+#define SOON_STREAK_MAX 8u
+enum { WAKE_DIRECT = 0, WAKE_TIMER = 1, WAKE_POLL = 2 };
 #define WATCH_MAX 64u /* other workers an idle worker watches (switch_age) */
 
 typedef void (*after_fn)(struct worker *w, fern_thread *prev, void *arg);
@@ -522,6 +534,13 @@ struct worker {
     uint32_t *bias_busy;        /* bias_busy(bias_tag), kept: deriving it on
                                  * each operation made the condvar
                                  * producer/consumer 2.5 ns slower */
+    struct tqueue soon;         /* woken by a timer here: run before the
+                                 * ring (sched.c's header, `soon`) */
+    uint32_t soon_streak;       /* threads taken from `soon` in a row */
+    uint32_t help_next;         /* whose timers timers_help looks at next */
+    uint8_t wake_from;          /* WAKE_TIMER while firing timers, WAKE_POLL
+                                 * while dispatching events: where a thread
+                                 * readied now goes (sched_ready) */
     /* run queue: head taken by CAS (owner and thieves), tail owner-only */
     uint32_t rq_head __attribute__((aligned(64)));
     uint32_t rq_tail;
@@ -845,6 +864,9 @@ enum { SPARE_NO = 0, SPARE_RUNNING = 1, SPARE_EXITED = 2, SPARE_DORMANT = 3 };
  * EINVAL if c is stopping. */
 int spare_start(struct fern_cluster *c, bool rescue);
 void spares_reap(struct fern_cluster *c);
+/* A worker that held the poller stopped: wake an idle worker of some
+ * cluster to take the role (rt.boot_lock held). */
+void poll_rehome(void);
 /* Move what waits on a stuck worker v (its ring, hand-off slot, and with
  * pinned_too its pinned threads) to its cluster's inbox; returns how many
  * threads moved. */

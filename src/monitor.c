@@ -36,6 +36,9 @@
  *     thread rescued from a worker asleep in the kernel when every worker
  *     sleeps there: it may hold their lock; a spare ends itself after
  *     SPARE_LINGER_NS without work).
+ * It is also the poller's safety net (watch_poller): a vacant poll-owner
+ * role while threads wait on descriptors, seen for POLL_ORPHAN_NS, gets an
+ * idle worker woken to take it, or a poll by the monitor itself.
  * It also looks for deadlocks (deadlock.c), also while every worker is
  * idle (that is what a deadlock looks like): then it sleeps only until the
  * deadlock watch's next scan, and without a timeout once nothing is
@@ -68,6 +71,7 @@ static struct {
     int64_t stuck_cpu_ns; /* CPU a stuck worker has used in one thread */
     bool preempt;
     uint64_t spares_started;
+    int64_t unowned_since; /* the poller was first seen without an owner */
 } M;
 
 void monitor_kick(void)
@@ -236,6 +240,39 @@ static bool watch_cluster(struct fern_cluster *c, int64_t now)
     return busy;
 }
 
+/* The poller's role is vacant while threads wait on descriptors: normal
+ * for a moment (its owner left epoll_wait to run what it found and will
+ * take the role again when idle, and busy workers poll every 64 ticks), but
+ * not for POLL_ORPHAN_NS (sched.c's header, "never left without an owner"):
+ * then the owner or every awake worker is stuck, in the kernel as a rule.
+ * An idle worker asleep on its futex is woken and takes the role; with
+ * none, the monitor polls without blocking itself: the threads it readies
+ * go to their clusters' inboxes, where compensation sees them. Looked at
+ * once a tick (rt.boot_lock held), so the vacancy is sampled: acting on a
+ * vacancy that came and went costs one wake-up or one poll per
+ * POLL_ORPHAN_NS at most. */
+#define POLL_ORPHAN_NS 10000000
+static void watch_poller(int64_t now)
+{
+    if (!io_active() || io_poll_owned()) {
+        M.unowned_since = 0;
+        return;
+    }
+    if (!M.unowned_since) {
+        M.unowned_since = now;
+        return;
+    }
+    if (now - M.unowned_since < POLL_ORPHAN_NS)
+        return;
+    M.unowned_since = 0;
+    for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster)
+        if (LOAD_RELAXED(&c->nidle)) {
+            cluster_wake(c);
+            return;
+        }
+    io_poll_nonblocking();
+}
+
 /* One tick over every cluster (rt.boot_lock held: clusters stay linked).
  * *again: when the deadlock watch wants another look. */
 static bool watch_all(int64_t now, int64_t *again)
@@ -243,6 +280,10 @@ static bool watch_all(int64_t now, int64_t *again)
     bool busy = false;
     for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster)
         busy |= watch_cluster(c, now);
+    if (busy)
+        watch_poller(now);
+    else
+        M.unowned_since = 0;
     if (busy && M.preempt)
         preempt_refresh(); /* libraries loaded meanwhile */
     *again = deadlock_watch(now, busy);
@@ -297,6 +338,7 @@ int monitor_start(int64_t slice_ns, bool preempt)
     M.stuck_cpu_ns = 2 * (preempt && slice_ns < 10000000 ? 10000000 : slice_ns);
     M.stop = 0;
     M.spares_started = 0;
+    M.unowned_since = 0;
     deadlock_reset();
     if (pthread_create(&M.th, NULL, monitor_main, NULL))
         return EAGAIN;

@@ -3,6 +3,20 @@
  * The M:N scheduler: clusters of workers, run queues, switching, idling.
  *
  * Where a runnable thread can be:
+ *   - w->soon     threads whose timer this worker fired (its own heap, or
+ *                 another worker's: timers_help): taken before `next` and
+ *                 the ring, so a sleeper does not wait behind the queue
+ *                 (issue 30; Go runs such a goroutine next, `runnext`). At
+ *                 most SOON_STREAK_MAX in a row while it stays non-empty,
+ *                 then one pick goes to `next` or the ring, so neither
+ *                 starves; there is no time slice to inherit, as each
+ *                 pick's streak is bounded instead. A FIFO under its spin
+ *                 lock: thieves (soon_steal) and the monitor's rescue take
+ *                 from it too. Threads woken by descriptor events go to the
+ *                 ring's tail in their batch's order, not to `next`, where
+ *                 each would have pushed the previous one (and a sleeper
+ *                 put there) to the tail: under load a poll's batch is
+ *                 itself the queue, served first come first served.
  *   - w->next     the hand-off slot of the worker that woke it: a thread
  *                 woken by the running one runs next, so a ping-pong stays
  *                 on one core. NEXT_STREAK_MAX consecutive hand-offs at
@@ -58,6 +72,31 @@
  * at most 1 ms, so a hand-off made just before it listed itself is looked at
  * again.
  *
+ * The poller is never left without an owner (issue 30). While a thread
+ * waits on a descriptor (io_active), one idle worker of the process, the
+ * poll owner, sleeps in epoll_wait; every other idle worker sleeps on its
+ * futex with no deadline (poller.c). So the invariant: while io_active(),
+ * either some worker owns the poller, or some worker is awake and will pass
+ * through its idle path (where it polls, and takes the role if it finds
+ * nothing) or its 64-tick poll; a worker that sleeps on its futex counts
+ * for nothing. The owner releases the role each time it leaves epoll_wait
+ * and takes it again when it next sleeps, which holds the invariant as long
+ * as it comes back: so every way of leaving for good hands the role over.
+ *   - A spare that ends (SPARE_LINGER_NS idle) may have been the owner, the
+ *     other workers asleep on their futexes behind it: it wakes one idle
+ *     worker of its cluster (worker_leave), which takes the role. If none
+ *     of them is idle, they are awake, or stuck: see the last case.
+ *   - The workers of a destroyed cluster (cluster_stop): once they are
+ *     joined, an idle worker of another cluster is woken (poll_rehome).
+ *   - The owner leaves epoll_wait to run a thread that then blocks in the
+ *     kernel, or every awake worker does: the monitor (monitor.c:
+ *     watch_poller), awake while a worker is busy, wakes an idle worker, or
+ *     polls itself, once the role has been vacant for POLL_ORPHAN_NS.
+ * Each hand-over reads io_active and poll_owner after a full fence, after
+ * its own release of the role; a worker that failed to take the role
+ * listed itself idle (nidle, under idle_lock) before its CAS saw the role
+ * held, so a hand-over that finds the role free sees it listed.
+ *
  * Timers are fired by their owning worker at ticks and in the idle path; an
  * idle worker sleeps until its earliest deadline.
  *
@@ -109,6 +148,10 @@
  *   n of a tqueue (pinned) or the inbox: relaxed, a hint read outside
  *             the queue's lock; the list or array itself is only touched
  *             under that (acquire/release) spin lock.
+ *   soon      (a tqueue) under its lock; n is a relaxed hint read outside
+ *             it. wake_from: the owner's only. timers.due: stored relaxed
+ *             under the heap's lock, read relaxed by timers_help, which
+ *             takes the lock before it fires anything.
  *   stopping, rt.running: release store, acquire loads: whoever sees the
  *             flag also sees what was set up or torn down before it.
  *   wakers    relaxed increment (the caller still holds the cluster), release
@@ -649,7 +692,7 @@ static bool cluster_has_work(struct worker *w)
         return true;
     unsigned n = LOAD(&c->nworkers);
     for (unsigned i = 0; i < n; i++)
-        if (!runq_empty(c->workers[i]))
+        if (!runq_empty(c->workers[i]) || tqueue_len(&c->workers[i]->soon))
             return true;
     return false;
 }
@@ -870,6 +913,35 @@ static __attribute__((noinline)) fern_thread *inbox_take(struct worker *w)
     return t;
 }
 
+/* Make w's next pick_next look at its `soon` list: that look is part of
+ * the every-61-ticks block, so the switch paths pay nothing for it while
+ * the list is empty; a push moves the tick to just before the block. */
+static inline void soon_rearm(struct worker *w)
+{
+    w->tick += 60 - w->tick % 61;
+}
+
+/* Fire the due timers of one other worker of w's cluster, a different one
+ * each call: its owner may be idle but waiting for a CPU (a loaded
+ * machine), or busy between its own 61-tick looks, while w runs. The
+ * sleepers go to w's `soon` list (timers_run). Called every 61 ticks and
+ * from the idle loop; a relaxed load of the other heap's earliest deadline
+ * unless one is due. */
+static __attribute__((noinline)) void timers_help(struct worker *w)
+{
+    struct fern_cluster *c = w->cluster;
+    unsigned nw = LOAD(&c->nworkers);
+    if (nw < 2)
+        return;
+    struct worker *v = c->workers[(w->index + 1 + w->help_next++ % (nw - 1)) % nw];
+    int64_t due = LOAD_RELAXED(&v->timers.due);
+    if (due) {
+        int64_t now = fern_now_ns();
+        if (due <= now)
+            timers_run(v, now);
+    }
+}
+
 /* Pick the next thread to run without blocking; NULL if none. Inlined into
  * the switch paths: it is on every park and yield. `owned` as in runq_get.
  * `batch`: the caller holds no lock, so an empty ring may be refilled from
@@ -887,6 +959,20 @@ static inline __attribute__((always_inline)) fern_thread *pick_next(struct worke
     if (unlikely(tick % 61 == 0)) {
         if (LOAD_RELAXED(&w->timers.n))
             timers_run(w, fern_now_ns());
+        if (!w->alone)
+            timers_help(w);
+        if (tqueue_len(&w->soon)) {
+            if (w->soon_streak < SOON_STREAK_MAX && (t = tqueue_pop(&w->soon)) != NULL) {
+                w->soon_streak++;
+                if (tqueue_len(&w->soon))
+                    soon_rearm(w);
+                return t;
+            }
+            /* This pick is the hand-off slot's or the ring's; the next one
+             * is `soon`'s again. */
+            w->soon_streak = 0;
+            soon_rearm(w);
+        }
         if ((t = tqueue_pop(&w->pinned)) != NULL)
             return t;
         if ((t = inbox_pop(&w->cluster->inbox)) != NULL)
@@ -906,6 +992,8 @@ static inline __attribute__((always_inline)) fern_thread *pick_next(struct worke
     if ((t = runq_get(w, owned, prefetch)) != NULL)
         return t;
     if ((t = tqueue_pop(&w->pinned)) != NULL)
+        return t;
+    if ((t = tqueue_pop(&w->soon)) != NULL) /* its streak was over */
         return t;
     if (LOAD_RELAXED(&w->next) && (t = __atomic_exchange_n(&w->next, NULL, __ATOMIC_ACQ_REL)))
         return t;
@@ -1134,11 +1222,38 @@ void sched_yield_pinned(struct worker *w)
     switch_to(w, cur, next, false);
 }
 
+static void ready_last(struct worker *w, fern_thread *t);
+
+/* t was woken by a timer that w fired (wake_from WAKE_TIMER): onto w's
+ * `soon` list, which w serves before its hand-off slot and ring
+ * (pick_next), so it does not wait behind the threads queued there. Or by
+ * a descriptor event that w dispatched (WAKE_POLL): to the ring's tail
+ * (ready_last), in the batch's order. Either way an idle worker, if one
+ * is listed and none spins, is woken to share the work (it steals from
+ * `soon` too: steal_some); not needed for correctness, w is awake and runs
+ * both. Out of line: the hand-off path does not pay for it. */
+static __attribute__((noinline)) void ready_from(struct worker *w, fern_thread *t)
+{
+    if (w->wake_from == WAKE_POLL) {
+        ready_last(w, t);
+        return;
+    }
+    tqueue_push(&w->soon, t);
+    soon_rearm(w);
+    struct fern_cluster *c = w->cluster;
+    if (!w->alone && LOAD_RELAXED(&c->nidle) && !LOAD_RELAXED(&c->nspinning))
+        cluster_wake(c);
+}
+
 void sched_ready(fern_thread *t)
 {
     struct worker *w = worker_self();
     PROBE1(wake, t->id);
     if (w && w->cluster == t->cluster) {
+        if (unlikely(w->wake_from)) {
+            ready_from(w, t);
+            return;
+        }
         STORE_RELAXED(&t->run_state, T_RUNNABLE);
         if (w->alone) {
             /* No thieves, and this worker is awake: nobody to wake. */
@@ -1357,6 +1472,44 @@ static bool steal_head_fresh(struct worker *v)
 }
 
 
+/* Steal half of victim v's `soon` list (at least one thread): one to run,
+ * the rest onto w's ring, which is empty (the caller found nothing to run),
+ * in their order. They have run before, so the back-off for fresh threads
+ * does not apply. */
+static fern_thread *soon_steal(struct worker *w, struct worker *v, uint32_t *got)
+{
+    struct tqueue *q = &v->soon;
+    if (!tqueue_len(q))
+        return NULL;
+    spin_lock(&q->lock);
+    uint32_t n = q->n - q->n / 2;
+    if (n > RUNQ_SIZE)
+        n = RUNQ_SIZE;
+    fern_thread *head = q->head, *x = head;
+    for (uint32_t i = 1; i < n && x; i++)
+        x = x->link;
+    if (x) {
+        q->head = x->link;
+        if (!q->head)
+            q->tail = NULL;
+        x->link = NULL;
+        STORE_RELAXED(&q->n, q->n - n);
+    }
+    spin_unlock(&q->lock);
+    if (!x)
+        return NULL; /* emptied meanwhile */
+    *got = n;
+    /* Each link is read before its thread is queued: once in the ring, a
+     * thief may take and run it, and its link is reused. */
+    for (fern_thread *y = head->link, *nx; y; y = nx) {
+        nx = y->link;
+        runq_put(w, y);
+    }
+    STORE_RELAXED(&w->n_steals, w->n_steals + 1);
+    PROBE3(steal, head->id, w->index, v->index);
+    return head;
+}
+
 /* On entering the idle loop: judge the last steal (see above). */
 static void steal_judge(struct worker *w)
 {
@@ -1390,7 +1543,7 @@ static fern_thread *steal_some(struct worker *w, struct fern_cluster *c, unsigne
                 continue;
             max = 1;
         }
-        if ((t = runq_steal(w, v, max, &got)) != NULL) {
+        if ((t = runq_steal(w, v, max, &got)) != NULL || (t = soon_steal(w, v, &got)) != NULL) {
             w->steal_at = now ? now : fern_now_ns();
             w->stolen_n = got;
             w->steal_exited = w->n_exited;
@@ -1479,6 +1632,18 @@ static fern_thread *watch_end(struct worker *w, struct fern_cluster *c)
     return t;
 }
 
+/* A worker of c leaves its idle loop for good (a spare that ends): if it
+ * held the poller (or anyone did who has let go since) and a thread still
+ * waits on a descriptor, wake an idle worker of c to take the role over
+ * (the header's "never left without an owner"). Its own release of the
+ * role (io_sleep) comes before the fence in cluster_wake. */
+static void worker_leave(struct fern_cluster *c)
+{
+    full_fence();
+    if (io_active() && !io_poll_owned())
+        cluster_wake(c);
+}
+
 static fern_thread *find_work(struct worker *w)
 {
     struct fern_cluster *c = w->cluster;
@@ -1500,6 +1665,7 @@ static fern_thread *find_work(struct worker *w)
             break;
         if (LOAD_RELAXED(&w->timers.n) && timers_run(w, fern_now_ns()))
             continue;
+        timers_help(w);
         if ((t = pick_next(w, false, true, true)) != NULL)
             break;
         unsigned nw = LOAD(&c->nworkers);
@@ -1550,8 +1716,10 @@ static fern_thread *find_work(struct worker *w)
             if (!woken)
                 continue; /* no spin: look for work, then nap or sleep again */
         }
-        if (spare_end)
-            break; /* a spare with nothing to do ends (t is NULL) */
+        if (spare_end) {
+            worker_leave(c); /* a spare with nothing to do ends (t is NULL) */
+            break;
+        }
         spinning = true;
         ADD_RELAXED(&c->nspinning, 1);
         spin_until = fern_now_ns() + SPIN_NS;
@@ -1765,7 +1933,7 @@ void spares_reap(struct fern_cluster *c)
 
 bool worker_has_queued(struct worker *v)
 {
-    return !runq_empty(v) || LOAD_RELAXED(&v->next) || tqueue_len(&v->pinned);
+    return !runq_empty(v) || LOAD_RELAXED(&v->next) || tqueue_len(&v->pinned) || tqueue_len(&v->soon);
 }
 
 unsigned rescue_worker(struct worker *v, bool pinned_too)
@@ -1793,11 +1961,13 @@ unsigned rescue_worker(struct worker *v, bool pinned_too)
         if (t)
             batch[n++] = t;
     }
-    fern_thread *pinned = NULL, *pinned_tail = NULL;
-    uint32_t npinned = 0;
+    fern_thread *pinned = NULL, *pinned_tail = NULL, *soon = NULL, *soon_tail;
+    uint32_t npinned = 0, nsoon = 0;
     if (pinned_too && tqueue_len(&v->pinned))
         pinned = tqueue_take(&v->pinned, &pinned_tail, &npinned);
-    if (n + npinned == 0)
+    if (tqueue_len(&v->soon))
+        soon = tqueue_take(&v->soon, &soon_tail, &nsoon);
+    if (n + npinned + nsoon == 0)
         return 0;
     /* Its preempted threads go to the front of the inbox: v sleeps in the
      * kernel, quite possibly on a pthread mutex (or another kernel-side
@@ -1818,15 +1988,21 @@ unsigned rescue_worker(struct worker *v, bool pinned_too)
         }
         inbox_push_front(&v->cluster->inbox, pinned, pinned_tail, npinned);
     }
-    if (n) {
+    if (n + nsoon) {
+        /* Those woken by a timer or an event first, as v would have run
+         * them first. */
         struct inbox *q = &v->cluster->inbox;
         spin_lock(&q->lock);
+        for (fern_thread *x = soon, *y; x; x = y) {
+            y = x->link;
+            inbox_add(q, x);
+        }
         for (unsigned i = 0; i < n; i++)
             inbox_add(q, batch[i]);
         spin_unlock(&q->lock);
     }
     cluster_wake(v->cluster);
-    return n + npinned;
+    return n + npinned + nsoon;
 }
 
 /* Is the thread at the front of c's inbox one rescue_worker took from a
@@ -1841,6 +2017,23 @@ bool inbox_front_rescued(struct fern_cluster *c)
     bool r = t && t->rescued;
     spin_unlock(&q->lock);
     return r;
+}
+
+/* The poller may have no owner, while threads wait on descriptors, because
+ * a worker that held it has stopped (cluster_stop, after joining them):
+ * wake an idle worker of some cluster, which takes the role. rt.boot_lock
+ * held (the clusters stay linked). With none idle, the awake workers poll
+ * (and the monitor watches: watch_poller). */
+void poll_rehome(void)
+{
+    full_fence();
+    if (!io_active() || io_poll_owned())
+        return;
+    for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster)
+        if (LOAD_RELAXED(&c->nidle)) {
+            cluster_wake(c);
+            return;
+        }
 }
 
 /* Stop and join c's workers and free it. Caller checked it is unused. */
@@ -1873,6 +2066,7 @@ void cluster_stop(struct fern_cluster *c)
         }
     rt.nclusters--;
     rt.nworkers -= c->nbase;
+    poll_rehome();
     for (unsigned i = 0; i < c->nworkers; i++) {
         struct worker *w = c->workers[i];
         rt.retired_spawned += w->n_spawned;
@@ -2077,24 +2271,48 @@ void sched_stats(struct fern_stats *s)
     s->stacks_in_use = bound - unbound;
 }
 
+/* The workers of c that count (as in sched_stats and the lines below):
+ * its base workers and the spares running now. c->nworkers counts slots,
+ * which stay after their spares end. */
+static bool worker_counts(struct fern_cluster *c, unsigned i, uint32_t *spare_state)
+{
+    *spare_state = i < c->nbase ? SPARE_RUNNING : LOAD(&c->workers[i]->spare);
+    return *spare_state == SPARE_RUNNING;
+}
+
 void sched_dump_clusters(FILE *f)
 {
     pthread_mutex_lock(&rt.boot_lock);
     for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster) {
-        fprintf(f, "cluster %p%s: %u workers, %u idle, %u spinning, %u threads, inbox %u\n",
-                (void *)c, c == rt.dflt ? " (default)" : "", c->nworkers, LOAD_RELAXED(&c->nidle),
-                LOAD_RELAXED(&c->nspinning),
-                (unsigned)cluster_live(c), inbox_len(&c->inbox));
-        for (unsigned i = 0; i < c->nworkers; i++) {
+        /* Each spare's state is read once, for both the count and its
+         * line: one that ends meanwhile is in neither or in both. */
+        uint32_t state[FERN_WORKERS_MAX + SPARES_MAX + RESCUE_SPARES_MAX];
+        unsigned nw = LOAD(&c->nworkers), live = 0, spares = 0;
+        for (unsigned i = 0; i < nw; i++)
+            if (worker_counts(c, i, &state[i])) {
+                live++;
+                spares += i >= c->nbase;
+            }
+        /* Idle counts listed workers, which are running ones; a spare that
+         * has just been counted out may still be listed for a moment. */
+        unsigned idle = LOAD_RELAXED(&c->nidle);
+        if (idle > live)
+            idle = live;
+        fprintf(f, "cluster %p%s: %u workers", (void *)c, c == rt.dflt ? " (default)" : "", live);
+        if (spares)
+            fprintf(f, " (%u spare%s)", spares, spares == 1 ? "" : "s");
+        fprintf(f, ", %u idle, %u spinning, %u threads, inbox %u\n", idle,
+                LOAD_RELAXED(&c->nspinning), (unsigned)cluster_live(c), inbox_len(&c->inbox));
+        for (unsigned i = 0; i < nw; i++) {
             struct worker *w = c->workers[i];
             uint32_t q = LOAD_RELAXED(&w->rq_tail) - LOAD_RELAXED(&w->rq_head);
             fern_thread *nx = LOAD_RELAXED(&w->next);
-            if (i >= c->nbase && LOAD(&w->spare) != SPARE_RUNNING)
+            if (state[i] != SPARE_RUNNING)
                 continue;
-            fprintf(f, "  worker %u%s: runq %u, next %llu, pinned %u, timers %u, switches %llu, "
+            fprintf(f, "  worker %u%s: runq %u, next %llu, soon %u, pinned %u, timers %u, switches %llu, "
                        "steals %llu, sleeps %llu",
                     i, i >= c->nbase ? " (spare)" : "", q, nx ? (unsigned long long)nx->id : 0ull,
-                    tqueue_len(&w->pinned), LOAD_RELAXED(&w->timers.n),
+                    tqueue_len(&w->soon), tqueue_len(&w->pinned), LOAD_RELAXED(&w->timers.n),
                     (unsigned long long)LOAD_RELAXED(&w->n_switches),
                     (unsigned long long)LOAD_RELAXED(&w->n_steals),
                     (unsigned long long)LOAD_RELAXED(&w->n_sleeps));

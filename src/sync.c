@@ -116,25 +116,46 @@ static inline bool cas_p(bool plain, uint32_t *p, uint32_t expect, uint32_t v)
     return CAS(p, &expect, v);
 }
 
-/* m->users_ changes, and destroy reads it, under m's queue lock. A thread
- * counted there hands over to state_ and back (it is counted before it
- * releases m for a condition wait, and until after it holds m again), so
- * one of the two always shows it; reading both under the lock, a destroyer
- * cannot see the one before a hand-over and the other after it. */
-static inline void users_add(bool plain, fern_mutex *m, int32_t d)
+/* m->users_ and m->cwait_ change, and destroy reads them, under m's queue
+ * lock. users_ counts a locker from its first queueing until its last
+ * access to m: a waiter woken to compete again is in no queue and does not
+ * hold m, and one that timed out still unlinks itself and tries state_ once
+ * more. cwait_ counts a condition waiter from before it releases m until
+ * after it holds m again. A thread counted in either hands over to state_
+ * and back, so one of them always shows it; reading all under the lock, a
+ * destroyer cannot see the one before a hand-over and the other after it.
+ * Destroy (the destroy rule, wait.c) waits while users_ is not 0 (such a
+ * thread either gets m, and destroy then says EBUSY, or leaves) but says
+ * EBUSY for cwait_: a condition waiter may stay blocked on its condition
+ * for ever, and once woken it is about to hold m anyway. `cw` picks the
+ * count: a constant, or mutex_lock_slow's record of where it is counted. */
+static inline void users_add(bool plain, fern_mutex *m, int32_t d, bool cw)
 {
     qlock(plain, &m->lock_);
-    m->users_ += (uint32_t)d;
+    if (cw)
+        m->cwait_ += (uint32_t)d;
+    else
+        m->users_ += (uint32_t)d;
     qunlock(plain, &m->lock_);
 }
 
-/* EBUSY while anyone waits on q (guarded by *lock, or plain). */
-static int queue_busy_p(bool plain, uint32_t *lock, const fern_waitq *q)
+/* The destroy of an object whose only inhabitants are waiters on q
+ * (guarded by *lock) and, if count is not NULL, the users a nonzero *count
+ * stands for (a wait group's; read under the lock): EBUSY while a thread is
+ * blocked on it or *count is not 0, a wait while threads are only leaving q
+ * (the destroy rule, wait.c), 0 once it is idle. */
+static int queue_destroy(uint32_t *lock, const fern_waitq *q, const int64_t *count)
 {
-    qlock(plain, lock);
-    bool busy = !waitq_empty(q);
-    qunlock(plain, lock);
-    return busy ? EBUSY : 0;
+    for (unsigned n = 0;; destroy_backoff(&n)) {
+        spin_lock(lock);
+        int st = waitq_state(q);
+        bool busy = st == WQ_BLOCKED || (count && *count != 0);
+        spin_unlock(lock);
+        if (busy)
+            return EBUSY;
+        if (st == WQ_IDLE)
+            return 0;
+    }
 }
 
 int fern_mutex_init(fern_mutex *m)
@@ -149,14 +170,27 @@ int fern_mutex_destroy(fern_mutex *m)
 {
     if (!m)
         return EINVAL;
-    struct caller me;
-    caller_get(&me);
-    bool plain = bias_enter(&m->bias_, &me);
-    qlock(plain, &m->lock_);
-    bool busy = LOAD(&m->state_) != 0 || m->users_ != 0 || !waitq_empty(&m->waiters_);
-    qunlock(plain, &m->lock_);
-    bias_end(&me);
-    return busy ? EBUSY : 0;
+    /* EBUSY if held (state_ is 0 only while m is free: a locker's exchange
+     * of 2 that returns 0 makes it the owner), if a locker is blocked in
+     * the queue, or if a condition waiter uses m (cwait_). Wait while a
+     * locker is leaving or competing again (users_, or a timed-out waiter
+     * still linked). A thread's last access is a CAS of state_ (a fast
+     * unlock) or the release of lock_. */
+    for (unsigned n = 0;; destroy_backoff(&n)) {
+        struct caller me;
+        caller_get(&me);
+        bool plain = bias_enter(&m->bias_, &me);
+        qlock(plain, &m->lock_);
+        int st = waitq_state(&m->waiters_);
+        bool busy = LOAD(&m->state_) != 0 || m->cwait_ != 0 || st == WQ_BLOCKED;
+        bool leaving = m->users_ != 0 || st == WQ_LEAVING;
+        qunlock(plain, &m->lock_);
+        bias_end(&me);
+        if (busy)
+            return EBUSY;
+        if (!leaving)
+            return 0;
+    }
 }
 
 #define STARVE_NS 1000000 /* a waiter queued this long turns on hand-off */
@@ -170,10 +204,12 @@ int fern_mutex_destroy(fern_mutex *m)
  *
  * users_ (the destroy rule, wait.c): a locker counts itself from its first
  * queueing until its last access to m, since a waiter woken to compete again
- * is in no queue and does not hold m. `counted` says it is counted already
- * (a condition waiter re-locking its mutex, see fern_cond_timedwait). */
+ * is in no queue and does not hold m. `counted` says it is counted already,
+ * in cwait_ (a condition waiter re-locking its mutex, see
+ * fern_cond_timedwait); cw remembers which count it leaves. */
 static __attribute__((noinline)) int mutex_lock_slow(fern_mutex *m, int64_t deadline, bool counted)
 {
+    const bool cw = counted;
     struct caller mine, *me = &mine;
     caller_get(me);
     void *self = caller_self(me); /* the same after a park */
@@ -194,7 +230,7 @@ static __attribute__((noinline)) int mutex_lock_slow(fern_mutex *m, int64_t dead
             if (LOAD_RELAXED(&m->state_) == 0 && CAS(&m->state_, &z, 1)) {
                 STORE_RELAXED(&m->owner_, self);
                 if (counted)
-                    users_add(plain, m, -1);
+                    users_add(plain, m, -1, cw);
                 bias_end(me);
                 return 0;
             }
@@ -207,7 +243,7 @@ static __attribute__((noinline)) int mutex_lock_slow(fern_mutex *m, int64_t dead
         int64_t now = fern_now_ns();
         if (deadline != FERN_FOREVER && now >= deadline) {
             if (counted)
-                users_add(plain, m, -1);
+                users_add(plain, m, -1, cw);
             bias_end(me);
             return ETIMEDOUT;
         }
@@ -258,19 +294,19 @@ static __attribute__((noinline)) int mutex_lock_slow(fern_mutex *m, int64_t dead
             /* The deadline passed, but the mutex may be free right now. */
             if (xchg_p(plain, &m->state_, 2) == 0)
                 break;
-            users_add(plain, m, -1);
+            users_add(plain, m, -1, cw);
             bias_end(me);
             return ETIMEDOUT;
         }
         if (wt.p->result == 1) {
-            users_add(plain, m, -1);
+            users_add(plain, m, -1, cw);
             bias_end(me);
             return 0; /* handed over: unlock made us the owner */
         }
     }
     STORE_RELAXED(&m->owner_, self);
     if (counted)
-        users_add(plain, m, -1);
+        users_add(plain, m, -1, cw);
     bias_end(me);
     return 0;
 }
@@ -284,7 +320,7 @@ static inline __attribute__((always_inline)) int mutex_lock_open(fern_mutex *m, 
     if (likely(cas_p(plain, &m->state_, 0, 1))) {
         STORE_RELAXED(&m->owner_, caller_self(me));
         if (counted)
-            users_add(plain, m, -1);
+            users_add(plain, m, -1, true);
         bias_end(me);
         return 0;
     }
@@ -604,12 +640,21 @@ int fern_cond_destroy(fern_cond *c)
 {
     if (!c)
         return EINVAL;
-    struct caller me;
-    caller_get(&me);
-    bool plain = bias_enter(&c->bias_, &me);
-    int r = queue_busy_p(plain, &c->lock_, &c->waiters_);
-    bias_end(&me);
-    return r;
+    /* EBUSY while a waiter is blocked on c; wait while one that timed out
+     * is still linked (it relocks c to unlink itself: its last access to
+     * c). A woken waiter was unlinked by its waker and only uses its mutex
+     * from then on, so destroy may follow the last signal or broadcast. */
+    for (unsigned n = 0;; destroy_backoff(&n)) {
+        struct caller me;
+        caller_get(&me);
+        bool plain = bias_enter(&c->bias_, &me);
+        qlock(plain, &c->lock_);
+        int st = waitq_state(&c->waiters_);
+        qunlock(plain, &c->lock_);
+        bias_end(&me);
+        if (st != WQ_LEAVING)
+            return st == WQ_BLOCKED ? EBUSY : 0;
+    }
 }
 
 /* Under c's lock: queue wt, a waiter using m, timed or not, keeping what a
@@ -663,7 +708,7 @@ static inline __attribute__((always_inline)) int cond_wait(fern_cond *c, fern_mu
     wt.data = m; /* a broadcast may move us onto m's queue */
     cond_push(c, &wt, m, deadline_ns != FERN_FOREVER);
     /* Count ourselves in m until we hold it again (the destroy rule). */
-    users_add(pm, m, 1);
+    users_add(pm, m, 1, true);
     mutex_release_owned(m, pm, self);
     wait_note_t(t, "cond", c);
     /* Ends the operation. */
@@ -681,7 +726,7 @@ static inline __attribute__((always_inline)) int cond_wait(fern_cond *c, fern_mu
         /* Moved to m by a broadcast and handed m: we own it. */
         caller_get(&me);
         pm = bias_enter(&m->bias_, &me);
-        users_add(pm, m, -1);
+        users_add(pm, m, -1, true);
         bias_end(&me);
         return 0;
     }
@@ -905,7 +950,7 @@ int fern_sem_destroy(fern_sem *s)
 {
     if (!s)
         return EINVAL;
-    return queue_busy_p(false, &s->lock_, &s->waiters_);
+    return queue_destroy(&s->lock_, &s->waiters_, NULL);
 }
 
 static int sem_take(fern_sem *s, int64_t deadline, bool try_only)
@@ -1009,11 +1054,20 @@ int fern_rwlock_destroy(fern_rwlock *rw)
 {
     if (!rw)
         return EINVAL;
-    spin_lock(&rw->lock_);
-    bool busy = rw->readers_ || rw->writer_ || !waitq_empty(&rw->readq_) ||
-                !waitq_empty(&rw->writeq_);
-    spin_unlock(&rw->lock_);
-    return busy ? EBUSY : 0;
+    /* Held, or a thread blocked: EBUSY. A writer that timed out is still
+     * linked until it relocks rw to unlink itself (and maybe admit the
+     * readers it held back, who then hold rw): wait for it. A woken waiter
+     * was granted the lock before its wake-up, so it shows as a holder. */
+    for (unsigned n = 0;; destroy_backoff(&n)) {
+        spin_lock(&rw->lock_);
+        int rs = waitq_state(&rw->readq_), ws = waitq_state(&rw->writeq_);
+        bool held = rw->readers_ || rw->writer_;
+        spin_unlock(&rw->lock_);
+        if (held || rs == WQ_BLOCKED || ws == WQ_BLOCKED)
+            return EBUSY;
+        if (rs == WQ_IDLE && ws == WQ_IDLE)
+            return 0;
+    }
 }
 
 /* Under lock_, with no writer: admit every queued reader. Returns the
@@ -1159,7 +1213,7 @@ int fern_barrier_destroy(fern_barrier *b)
 {
     if (!b)
         return EINVAL;
-    return queue_busy_p(false, &b->lock_, &b->waiters_);
+    return queue_destroy(&b->lock_, &b->waiters_, NULL);
 }
 
 int fern_barrier_wait(fern_barrier *b)
@@ -1199,10 +1253,7 @@ int fern_wg_destroy(fern_wg *wg)
 {
     if (!wg)
         return EINVAL;
-    spin_lock(&wg->lock_);
-    bool busy = wg->count_ != 0 || !waitq_empty(&wg->waiters_);
-    spin_unlock(&wg->lock_);
-    return busy ? EBUSY : 0;
+    return queue_destroy(&wg->lock_, &wg->waiters_, &wg->count_);
 }
 
 int fern_wg_add(fern_wg *wg, int64_t delta)

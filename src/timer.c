@@ -9,6 +9,12 @@
  * lateness does not depend on which worker queued its timer. Anyone may
  * cancel, because a woken thread may resume on another worker.
  *
+ * Other workers of the cluster fire a worker's due timers too (sched.c:
+ * timers_help): an idle owner that the kernel has not yet run again (a
+ * loaded machine) would otherwise hold its sleepers past their deadlines
+ * while a busy worker of the same cluster is running. h->due, the earliest
+ * deadline, stored under the lock and read relaxed, tells them when to look.
+ *
  * A retiring compensation worker hands its heap to another worker
  * (timers_move). A timer's owner changes only with both heaps locked, so
  * timer_cancel re-reads the owner once it holds a heap lock and retries if
@@ -65,6 +71,12 @@ static void sift_down(struct timer **v, uint32_t n, uint32_t i)
     }
 }
 
+/* The heap's earliest deadline for other workers' looks (lock held). */
+static void heap_note_due(struct timer_heap *h)
+{
+    STORE_RELAXED(&h->due, h->n ? h->v[0]->deadline : 0);
+}
+
 static void heap_remove(struct timer_heap *h, uint32_t i)
 {
     uint32_t last = h->n - 1;
@@ -76,6 +88,7 @@ static void heap_remove(struct timer_heap *h, uint32_t i)
         sift_down(h->v, h->n, i);
         sift_up(h->v, i);
     }
+    heap_note_due(h);
 }
 
 void timer_add(struct worker *w, struct timer *t)
@@ -102,6 +115,7 @@ void timer_add(struct worker *w, struct timer *t)
     h->v[h->n] = t;
     STORE_RELAXED(&h->n, h->n + 1);
     sift_up(h->v, (uint32_t)t->index);
+    heap_note_due(h);
     spin_unlock(&h->lock);
 }
 
@@ -149,16 +163,25 @@ void timers_move(struct worker *from, struct worker *to)
         STORE_RELAXED(&b->n, b->n + 1);
         sift_up(b->v, (uint32_t)t->index);
     }
+    heap_note_due(b);
     spin_unlock(&second->lock);
     spin_unlock(&first->lock);
 }
 
+/* Fired on a worker (its own heap or another's: timers_help), a sleeper
+ * goes to that worker's `soon` list (sched.c: wake_from), ahead of the
+ * threads queued there; fired by the monitor (a stuck worker's heap), to
+ * its cluster's inbox. */
 int timers_run(struct worker *w, int64_t now)
 {
     struct timer_heap *h = &w->timers;
     int fired = 0;
     if (LOAD_RELAXED(&h->n) == 0)
         return 0;
+    struct worker *self = worker_self();
+    uint8_t was = self ? self->wake_from : WAKE_DIRECT;
+    if (self)
+        self->wake_from = WAKE_TIMER;
     spin_lock(&h->lock);
     while (h->n > 0 && h->v[0]->deadline <= now) {
         struct timer *t = h->v[0];
@@ -167,6 +190,8 @@ int timers_run(struct worker *w, int64_t now)
         fired++;
     }
     spin_unlock(&h->lock);
+    if (self)
+        self->wake_from = was;
     return fired;
 }
 
@@ -188,6 +213,7 @@ void timers_free(struct worker *w)
     free(w->timers.v);
     w->timers.v = NULL;
     w->timers.n = w->timers.cap = 0;
+    w->timers.due = 0;
 }
 
 int fern_sleep_until(int64_t deadline_ns)

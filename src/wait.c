@@ -17,9 +17,21 @@
  *
  * Destroy rule (every waitable object: mutex, cond, sem, rwlock, barrier,
  * wait group, channel, and so select): an object's *_destroy takes its
- * queue lock and says EBUSY while any waiter is linked in it, so a thread
- * must stay visible in the object (linked, holding it, or counted) until
- * its last access to it. Hence:
+ * queue lock and looks at who is still inside. A thread blocked on it (a
+ * linked waiter still W_WAITING: no waker has won it, its deadline has not
+ * fired) or holding it (a lock) makes it say EBUSY. A thread that is only
+ * leaving (a linked waiter whose parker left W_WAITING: it timed out, or
+ * its select fired on another case; or one counted in the object, as a
+ * mutex's woken locker) makes it wait: it drops the lock, backs off
+ * (destroy_backoff: yields, then naps, so that a green destroyer lets the
+ * leaving thread run on its own worker) and looks again; once nobody is
+ * inside it returns 0, and the memory may be freed at once. The leaving
+ * threads never block on anything but the object's spin lock, so the wait
+ * is short. A thread holding the queue lock (on a fast path, or unlinking
+ * itself) is waited for by taking that lock. None of this touches a fast
+ * path: destroy reads what the slow paths already keep. So a thread must
+ * stay visible in the object (linked, holding its lock or the object, or
+ * counted) until its last access to it. Hence:
  *  - only the waker that wins a waiter's claim unlinks it, under the queue
  *    lock, before it releases the waiter; a claimed waiter never touches the
  *    queue again;
@@ -31,12 +43,21 @@
  *    it claimed after dropping the lock (the woken may destroy at once);
  *  - a woken thread whose operation goes on to use the object (a mutex
  *    waiter that competes again, a condition waiter re-locking its mutex)
- *    is counted in the object (fern_mutex.users_) until its last access;
+ *    is counted in the object (fern_mutex.users_, or cwait_ for a condition
+ *    waiter, which destroy reports as EBUSY: it may stay blocked on its
+ *    condition for ever) until its last access;
  *  - a select relocks only the channels where it still has linked waiters:
  *    the case that fired was unlinked by its waker, and that channel may be
  *    gone already.
  * A call that *starts* after or concurrently with *_destroy is the caller's
- * bug, as in POSIX; the rule covers every thread that entered earlier.
+ * bug, as in POSIX; the rule covers every thread that entered earlier (a
+ * thread still spinning for a lock it has not taken, or for a mutex before
+ * it queues, is not counted: counting it would cost the contended paths an
+ * atomic per attempt, and its call is concurrent with the destroy).
+ * waitq_state reads a linked waiter's parker state relaxed: the parker
+ * lives as long as the waiter is linked (its thread unlinks it under the
+ * lock the destroyer holds), and only the value matters, not what it
+ * publishes.
  *
  * Memory ordering. A parker's state is the one word its parties race on. A
  * waker claims it with an acq_rel CAS (a solo parker: a relaxed store, since
@@ -73,6 +94,33 @@ void spin_lock_slow(uint32_t *l)
         if (!__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE))
             return;
     }
+}
+
+int waitq_state(const fern_waitq *q)
+{
+    int st = WQ_IDLE;
+    for (const struct waiter *wt = q->head; wt; wt = wt->next) {
+        /* Linked, so its parker is alive: its thread unlinks it under the
+         * lock we hold before it returns. */
+        if (LOAD_RELAXED(&wt->p->state) == W_WAITING)
+            return WQ_BLOCKED;
+        st = WQ_LEAVING;
+    }
+    return st;
+}
+
+void destroy_backoff(unsigned *n)
+{
+    /* Yield first: a leaving thread is usually ready on this worker (a
+     * one-worker cluster) or running elsewhere and done within a yield or
+     * two. Then nap (1 us, then 50 us), so that a leaving thread that waits
+     * behind a long run queue costs the destroyer no CPU. fern_yield and
+     * fern_sleep_ns work from plain threads too. */
+    unsigned k = (*n)++;
+    if (k < 16)
+        fern_yield();
+    else
+        fern_sleep_ns(k < 64 ? 1000 : 50000);
 }
 
 int futex_wait(uint32_t *addr, uint32_t expect, int64_t deadline_ns)

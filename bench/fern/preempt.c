@@ -46,7 +46,7 @@ static void restart(long preempt_us)
 {
     if (fern_cluster_default())
         fern_shutdown();
-    fern_config c = {1, 0, preempt_us};
+    fern_config c = {.workers = 1, .preempt_us = preempt_us};
     int rc = fern_init(&c);
     if (rc)
         bench_die("fern_init", rc);
@@ -161,7 +161,7 @@ static double late_stuck2(void)
 {
     if (fern_cluster_default())
         fern_shutdown();
-    fern_config c = {2, 0, FERN_PREEMPT_OFF};
+    fern_config c = {.workers = 2, .preempt_us = FERN_PREEMPT_OFF};
     int rc = fern_init(&c);
     if (rc)
         bench_die("fern_init", rc);

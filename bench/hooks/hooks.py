@@ -192,9 +192,11 @@ def write(res):
         "| hook-pg: 40 green threads, 1 worker, SELECT pg_sleep(0.3) | wall %.3f s (max %.3f), ticker late %.1f ms median (max %.1f), errors %d | <= 1.2 s, late <= 10 ms |"
         % (med([x["wall_s"] for x in p]), max(x["wall_s"] for x in p), med([x["ticker_late_max_ms"] for x in p]),
            max(x["ticker_late_max_ms"] for x in p), sum(x["errors"] for x in p)),
-        "| hook-redis: 200 green threads, hiredis SET/GET | %.0f ops/s; ticker late %.1f ms median (plain pthread ticker, same runs: %.1f ms) | |"
+        "| hook-redis: 200 green threads, hiredis SET/GET | %.0f ops/s; ticker late %.1f ms median (max %.1f; plain pthread ticker, same runs: %.1f ms, max %.1f) | late <= 10 ms at worst |"
         % (rg, med([x["ticker_late_max_ms"] for x in res["redis_green"]]),
-           med([x.get("plain_ticker_late_max_ms", float("nan")) for x in res["redis_green"]])),
+           max(x["ticker_late_max_ms"] for x in res["redis_green"]),
+           med([x.get("plain_ticker_late_max_ms", float("nan")) for x in res["redis_green"]]),
+           max(x.get("plain_ticker_late_max_ms", float("nan")) for x in res["redis_green"])),
         "| hook-redis: 200 pthreads, same program | %.0f ops/s (green/pthread = %.2f) | green >= 1.0x |" % (rp, rg / rp),
         "| hook-redis: redis-benchmark -c 200 (SET, GET mean) | %.0f ops/s (green/redis-benchmark = %.2f) | green >= 0.85x |" % (rb, rg / rb),
         "| hook-plain: pthread pipe write+read, with fern-hook | %.1f ns | |" % ph,

@@ -12,9 +12,14 @@ So the reference cannot drift from the header: edit the comment in fern.h
 and the page follows at the next build.
 
     mkman.py HEADER OUTDIR VERSION     write OUTDIR/man3/fern_*.3 and fern.3
+                                       (and the structure pages, below)
     mkman.py --list HEADER             print the public function names
 
 fern.3 is the overview: every function by section, one line each.
+The structures a program fills in (STRUCT_PAGES) get a page each, made the
+same way from the comment above the typedef and each field's comment. A
+call whose comment has no sentence saying what it does (only its return
+values) or a field without a comment stops the build: fix the header.
 """
 import os
 import re
@@ -157,32 +162,154 @@ def page(name, proto, comment, section, siblings, version):
         ".SH DESCRIPTION",
     ]
     if comment:
-        lines += roff_paragraphs(comment)
+        # What the call does first; a warning paragraph ("NOTE: ...") that
+        # the header puts first follows it.
+        paras, cur = [], []
+        for line in comment + [""]:
+            if line.strip():
+                cur.append(line)
+            elif cur:
+                paras.append(cur)
+                cur = []
+        notes = [p for p in paras if p[0].strip().startswith("NOTE:")]
+        ordered = [p for p in paras if p not in notes] + notes
+        lines += roff_paragraphs([l for p in ordered for l in p + [""]])
     else:
         lines += [".PP", f"One of the {roff_escape(section['title'])} calls of fern.h, described below."]
     if section["intro"]:
         # What the header says of the whole section applies to this call too.
         lines.append(f".SS {roff_escape(section['title'])}")
         lines += roff_paragraphs(section["intro"])
-    lines += [".SH SEE ALSO", ", ".join(f"\\fB{s}\\fR(3)" for s in siblings if s != name)
-              + (", " if len(siblings) > 1 else "") + "\\fBfern\\fR(3)"]
+    see = [s for s in siblings if s != name] + [t for t in STRUCT_PAGES if re.search(rf"\b{t}\b", proto)]
+    lines += [".SH SEE ALSO", "".join(f"\\fB{s}\\fR(3), " for s in see) + "\\fBfern\\fR(3)"]
     return "\n".join(lines) + "\n"
 
 
+# Sentences that are not what a call does: its return values ("Return 0;
+# EINVAL if ...", "Returns ETIMEDOUT ...") and warnings ("NOTE: ..."), which
+# come first in some comments.
+NOT_SUMMARY = re.compile(r"^(Return|Returns|NOTE\b)")
+
+
+def sentences(comment):
+    """The comment's sentences (ended by . : or ;), paragraph by paragraph;
+    a paragraph that opens with NOTE: is left out whole."""
+    paras, cur = [], []
+    for line in (comment or []) + [""]:
+        if line.strip():
+            cur.append(line.strip())
+        elif cur:
+            paras.append(" ".join(cur))
+            cur = []
+    out = []
+    for p in paras:
+        if p.startswith("NOTE:"):
+            continue
+        out += split_sentences(p)
+    return out
+
+
+def split_sentences(text):
+    """Split at . : ; followed by a space or the end, outside parentheses
+    ("Fill *s (read without stopping workers; ...)" is one sentence)."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth = max(0, depth - 1)
+        elif ch in ".:;" and depth == 0 and (i + 1 == len(text) or text[i + 1].isspace()):
+            out.append(text[start:i + 1].strip())
+            start = i + 1
+    if text[start:].strip():
+        out.append(text[start:].strip())
+    return out
+
+
 def summary(comment, section):
-    """The first sentence of the comment, shortened, for the NAME line."""
-    text = " ".join(l.strip() for l in (comment or []) if l.strip())
-    if not text:
-        return f"{section['title']} (fern)"
-    m = re.match(r"(.+?[.:;])(\s|$)", text)
-    s = m.group(1) if m else text
-    s = s.rstrip(".:;")
-    if len(s) > 90:
-        s = s[:87].rsplit(" ", 1)[0] + "..."
-    return roff_escape(s)
+    """For the NAME line: the first sentence of the comment that says what the
+    call does, shortened. None if there is no such sentence (main refuses to
+    make a page without one)."""
+    for s in sentences(comment):
+        if NOT_SUMMARY.match(s):
+            continue
+        s = s.rstrip(".:;")
+        if len(s) > 90:
+            s = s[:87].rsplit(" ", 1)[0] + "..."
+        return roff_escape(s)
+    return None
 
 
-def overview(sections, version):
+# The structures a program fills in, one page each (fern_config(3),
+# fern_attr(3)): the comment above the typedef, the definition, and every
+# field with its comment.
+STRUCT_PAGES = ("fern_config", "fern_attr")
+FIELD = re.compile(r"^\s+(.*?[\s*])(\w+)(\[[^]]*\])?;\s*(?:/\*\s?(.*?)\s*(\*/)?)?$")
+
+
+def parse_structs(path, names):
+    """{name: (comment lines, definition lines, [(decl, field, text)])}."""
+    src = open(path, encoding="utf-8").read().split("\n")
+    out = {}
+    for i, line in enumerate(src):
+        m = re.match(r"^typedef struct (\w+) \{$", line)
+        if not m or m.group(1) not in names:
+            continue
+        name = m.group(1)
+        comment = []
+        if i > 0 and src[i - 1].rstrip().endswith("*/"):
+            j = i - 1
+            while not src[j].lstrip().startswith("/*"):
+                j -= 1
+            comment = comment_text(src[j:i])
+        j = i + 1
+        fields = []
+        definition = [line]
+        while not src[j].startswith("}"):
+            fm = FIELD.match(src[j])
+            if fm:
+                decl = (fm.group(1).strip() + " " + fm.group(2) + (fm.group(3) or "")).replace("* ", "*")
+                text = [fm.group(4) or ""]
+                definition.append("    " + decl + ";")
+                closed = bool(fm.group(5)) or not fm.group(4) and "/*" not in src[j]
+                while not closed:
+                    j += 1
+                    t = src[j].strip()
+                    closed = t.endswith("*/")
+                    t = re.sub(r"^\*\s?", "", re.sub(r"\s*\*/$", "", t))
+                    text.append(t)
+                fields.append((decl, fm.group(2), " ".join(x for x in text if x)))
+            j += 1
+        definition.append(src[j])
+        out[name] = (comment, definition, fields)
+    return out
+
+
+def struct_page(name, comment, definition, fields, users, version):
+    what = summary(comment, None)
+    if not what or not fields:
+        raise SystemExit(f"mkman: struct {name} needs a comment saying what it is, and fields")
+    lines = [
+        '.\\" Generated by docs/man/mkman.py from include/fern/fern.h: edit the header, not this file.',
+        th(name, version),
+        ".SH NAME",
+        f"{name} \\- {what}",
+        ".SH SYNOPSIS",
+        ".nf",
+        ".B #include <fern/fern.h>",
+        ".PP",
+    ] + [roff_escape(l) for l in definition] + [".fi", ".SH DESCRIPTION"]
+    lines += roff_paragraphs(comment)
+    lines.append(".SH FIELDS")
+    for decl, field, text in fields:
+        if not text:
+            raise SystemExit(f"mkman: field {name}.{field} has no comment")
+        lines += [".TP", f"\\fB{roff_escape(decl)}\\fR", roff_escape(text)]
+    lines += [".SH SEE ALSO", ", ".join(f"\\fB{u}\\fR(3)" for u in users + ["fern"])]
+    return "\n".join(lines) + "\n"
+
+
+def overview(sections, structs, version):
     lines = [
         '.\\" Generated by docs/man/mkman.py from include/fern/fern.h: edit the header, not this file.',
         th("fern", version),
@@ -211,6 +338,12 @@ def overview(sections, version):
         lines.append(f".SS {roff_escape(sec['title'])}")
         for name, _, comment in sec["funcs"]:
             lines += [".TP", f"\\fB{name}\\fR(3)", summary(comment, sec)]
+    lines.append(".SS Structures")
+    for name in STRUCT_PAGES:
+        lines += [".TP", f"\\fB{name}\\fR(3)", summary(structs[name][0], None)]
+    lines += [".SH SEE ALSO",
+              "\\fBfern-hook\\fR(7): libc's blocking calls on green threads;",
+              "\\fBfern-cxx\\fR(7): the C++20 interface, \\fBfern/fern.hpp\\fR."]
     return "\n".join(lines) + "\n"
 
 
@@ -228,13 +361,29 @@ def main(argv):
     mandir = os.path.join(outdir, "man3")
     os.makedirs(mandir, exist_ok=True)
     wanted = {"fern.3"}
+    undescribed = [n for sec in sections for n, _, c in sec["funcs"] if not summary(c, sec)]
+    if undescribed:
+        # Every call's page says what it does: write it in fern.h.
+        print("mkman: no sentence saying what the call does in fern.h's comment of: "
+              + " ".join(undescribed), file=sys.stderr)
+        return 1
     for sec in sections:
         names = [n for n, _, _ in sec["funcs"]]
         for name, proto, comment in sec["funcs"]:
             wanted.add(name + ".3")
             write_if_changed(os.path.join(mandir, name + ".3"),
                              page(name, proto, comment, sec, names, version))
-    write_if_changed(os.path.join(mandir, "fern.3"), overview(sections, version))
+    structs = parse_structs(header, STRUCT_PAGES)
+    for name in STRUCT_PAGES:
+        if name not in structs:
+            print(f"mkman: struct {name} not found in {header}", file=sys.stderr)
+            return 1
+        comment, definition, fields = structs[name]
+        users = [n for sec in sections for n, proto, _ in sec["funcs"] if re.search(rf"\b{name}\b", proto)]
+        wanted.add(name + ".3")
+        write_if_changed(os.path.join(mandir, name + ".3"),
+                         struct_page(name, comment, definition, fields, users, version))
+    write_if_changed(os.path.join(mandir, "fern.3"), overview(sections, structs, version))
     # A function removed from the header loses its page.
     for f in os.listdir(mandir):
         if f.endswith(".3") and f not in wanted:

@@ -58,7 +58,9 @@ typedef struct fern_cluster fern_cluster;
 /* Runtime                                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* Every setting, with its environment variable, is in docs/configuration.md. */
+/* The settings fern_init takes; a field left at 0 takes its environment
+ * variable, else the default. Every setting, with its environment variable,
+ * is in docs/configuration.md. */
 typedef struct fern_config {
     unsigned workers;  /* workers of the default cluster; 0 = $FERN_WORKERS or one per CPU */
     size_t stack_size; /* default stack size; 0 = $FERN_STACK_SIZE or FERN_STACK_DEFAULT */
@@ -120,10 +122,12 @@ int64_t fern_now_ns(void);
 /* Threads                                                                   */
 /* ------------------------------------------------------------------------ */
 
+/* Options of one new green thread, given to fern_spawn; a zeroed fern_attr,
+ * like attr NULL, asks for every default. */
 typedef struct fern_attr {
-    size_t stack_size;     /* 0 = the runtime default */
-    const char *name;      /* copied (first 31 bytes); NULL = no name */
-    fern_cluster *cluster; /* NULL = the current cluster, or the default one */
+    size_t stack_size;     /* stack size in bytes; 0 = the runtime default */
+    const char *name;      /* the thread's name, copied (first 31 bytes); NULL = no name */
+    fern_cluster *cluster; /* where it runs; NULL = the current cluster, or the default one */
     bool detached;         /* true: resources freed at exit, cannot be joined */
 } fern_attr;
 
@@ -271,7 +275,9 @@ typedef struct fern_mutex {
     uint32_t handoff_; /* 1: unlock hands the mutex over to a waiter */
     uint32_t heirs_;   /* waiters moved here by fern_cond_broadcast */
     uint32_t bias_;    /* worker whose green threads use plain stores, or shared */
-    uint32_t users_;   /* lockers woken to compete again, condition waiters using it */
+    uint32_t users_;   /* lockers queued or woken to compete again, until they leave */
+    uint32_t cwait_;   /* condition waiters using it, until they hold it again */
+    uint32_t pad_;
 } fern_mutex;
 
 typedef struct fern_cond {
@@ -283,25 +289,29 @@ typedef struct fern_cond {
     uint32_t timed_;    /* of them, ones with a deadline */
 } fern_cond;
 
-#define FERN_MUTEX_INIT {0, 0, NULL, {NULL, NULL}, 0, 0, 0, 0}
+#define FERN_MUTEX_INIT {0, 0, NULL, {NULL, NULL}, 0, 0, 0, 0, 0, 0}
 #define FERN_COND_INIT {0, 0, {NULL, NULL}, NULL, 0, 0}
 
-/* Initialise (same as zeroing). Return 0; EINVAL if the pointer is NULL. */
+/* Initialise a mutex (same as zeroing). Return 0; EINVAL if the pointer is NULL. */
 int fern_mutex_init(fern_mutex *m);
 
 /* Destroying waitable objects (mutex, cond, sem, rwlock, barrier, wait
- * group, channel): *_destroy returns EBUSY until no thread that entered an
- * operation on the object is still inside it, counting threads already
- * woken, timed out or whose select fired elsewhere that have not yet
- * returned. Once it returns 0 the memory may be freed at once, e.g. right
- * after the last broadcast, post, close or unlock. A call that starts
- * concurrently with or after the destroy is the caller's bug, as in POSIX. */
+ * group, channel): *_destroy says EBUSY only while a thread is blocked on
+ * the object or holds it. Threads that are only leaving it (woken, timed
+ * out, or whose select fired on another case, and not yet returned; or one
+ * holding its internal lock for an instant) are waited for: destroy yields,
+ * then naps briefly, from a green thread as from a plain one, and returns 0
+ * once they are out. The memory may then be freed at once, e.g. right after
+ * the last broadcast, post, close or unlock, as glibc allows for
+ * pthread_cond_destroy. A call that starts concurrently with or after the
+ * destroy is the caller's bug, as in POSIX. */
 
-/* Destroy a mutex; as every *_destroy of fern.h, it says EBUSY until no
- * thread that entered an operation on the object is still inside it.
- * Return 0; EINVAL if m is NULL; EBUSY if it is locked, has waiters, or a
- * thread woken to lock it, or waiting on a condition variable with it, has
- * not finished with it. */
+/* Destroy a mutex. It first waits for lockers that are leaving it (one
+ * woken to compete again, or whose timed lock expired) to get it or leave.
+ * Return 0; EINVAL if m is NULL; EBUSY if it is locked (also by such a
+ * locker, once it got it), a locker is blocked on it, or a thread waiting on
+ * a condition variable with it (blocked there, or woken and about to lock it
+ * again) uses it. */
 int fern_mutex_destroy(fern_mutex *m);
 
 /* Lock, parking (green) or blocking (plain) while another holds it.
@@ -311,7 +321,8 @@ int fern_mutex_destroy(fern_mutex *m);
  * Return 0; EINVAL if m is NULL; EDEADLK if the caller already holds it. */
 int fern_mutex_lock(fern_mutex *m);
 
-/* Return 0; EBUSY if held (also by the caller); EINVAL if m is NULL. */
+/* Lock if it is free, without waiting.
+ * Return 0; EBUSY if held (also by the caller); EINVAL if m is NULL. */
 int fern_mutex_trylock(fern_mutex *m);
 
 /* Lock with an absolute deadline. Return 0; ETIMEDOUT if the deadline passed
@@ -319,15 +330,18 @@ int fern_mutex_trylock(fern_mutex *m);
  * negative; EDEADLK if the caller already holds it. */
 int fern_mutex_timedlock(fern_mutex *m, int64_t deadline_ns);
 
-/* Return 0; EINVAL if m is NULL; EPERM if the caller does not hold it. */
+/* Release the mutex the caller holds, waking a waiter if there is one.
+ * Return 0; EINVAL if m is NULL; EPERM if the caller does not hold it. */
 int fern_mutex_unlock(fern_mutex *m);
 
-/* Initialise (same as zeroing). Return 0; EINVAL if c is NULL. */
+/* Initialise a condition variable (same as zeroing).
+ * Return 0; EINVAL if c is NULL. */
 int fern_cond_init(fern_cond *c);
 
-/* Return 0; EINVAL if c is NULL; EBUSY while a waiter is inside a wait on
- * it (including one that timed out and has not yet left; a woken one no
- * longer uses c, only its mutex). */
+/* Destroy a condition variable. It first waits for waiters that timed out
+ * to leave it; a woken waiter no longer uses c, only its mutex, so c may be
+ * destroyed and freed right after the last signal or broadcast.
+ * Return 0; EINVAL if c is NULL; EBUSY while a waiter is blocked on it. */
 int fern_cond_destroy(fern_cond *c);
 
 /* Atomically release m and wait for a signal, then re-acquire m. Wake-ups
@@ -365,17 +379,20 @@ typedef struct fern_sem {
 } fern_sem;
 #define FERN_SEM_INIT(v) {0, (v), {NULL, NULL}}
 
-/* Initialise with a value. Return 0; EINVAL if s is NULL or value exceeds
+/* Initialise a semaphore with a value. Return 0; EINVAL if s is NULL or value exceeds
  * FERN_SEM_VALUE_MAX. A zeroed fern_sem is a semaphore of value 0. */
 int fern_sem_init(fern_sem *s, unsigned value);
-/* Return 0; EINVAL if s is NULL; EBUSY while a waiter is inside a wait on it
- * (including one that timed out and has not yet left). */
+/* Destroy a semaphore. It first waits for waiters that timed out to leave
+ * it (a woken one no longer uses it). Return 0; EINVAL if s is NULL; EBUSY while a
+ * waiter is blocked on it. */
 int fern_sem_destroy(fern_sem *s);
 /* Take one unit, waiting while the value is 0. Return 0; EINVAL if s is NULL. */
 int fern_sem_wait(fern_sem *s);
-/* Return 0; EAGAIN if the value is 0; EINVAL if s is NULL. */
+/* Take one unit if the value is above 0, without waiting.
+ * Return 0; EAGAIN if the value is 0; EINVAL if s is NULL. */
 int fern_sem_trywait(fern_sem *s);
-/* Return 0; ETIMEDOUT if the deadline passed first (no unit taken); EINVAL if
+/* As fern_sem_wait, with an absolute deadline.
+ * Return 0; ETIMEDOUT if the deadline passed first (no unit taken); EINVAL if
  * s is NULL or the deadline is negative. */
 int fern_sem_timedwait(fern_sem *s, int64_t deadline_ns);
 /* Add one unit (handed straight to a waiter if there is one).
@@ -397,13 +414,16 @@ typedef struct fern_rwlock {
 } fern_rwlock;
 #define FERN_RWLOCK_INIT {0, 0, NULL, 0, 0, {NULL, NULL}, {NULL, NULL}}
 
-/* Return 0; EINVAL if rw is NULL. */
+/* Initialise a reader-writer lock (same as zeroing or FERN_RWLOCK_INIT).
+ * Return 0; EINVAL if rw is NULL. */
 int fern_rwlock_init(fern_rwlock *rw);
-/* Return 0; EINVAL if rw is NULL; EBUSY if held (a woken waiter holds it
- * already) or waited on (including by a waiter that timed out and has not
- * yet left). */
+/* Destroy a reader-writer lock. It first waits for waiters that timed out
+ * to leave it. Return 0; EINVAL if rw is NULL; EBUSY if it is held (a woken waiter
+ * holds it already: it was granted before its wake-up) or a waiter is
+ * blocked on it. */
 int fern_rwlock_destroy(fern_rwlock *rw);
-/* Return 0; EINVAL if rw is NULL; EDEADLK if the caller holds the write lock;
+/* Take a read lock, waiting while a writer holds the lock or waits for it.
+ * Return 0; EINVAL if rw is NULL; EDEADLK if the caller holds the write lock;
  * EAGAIN if the caller already holds FERN_RWLOCK_READS_MAX read locks. */
 int fern_rwlock_rdlock(fern_rwlock *rw);
 /* As rdlock, but never waits: EBUSY where rdlock would wait, and also when
@@ -413,7 +433,8 @@ int fern_rwlock_tryrdlock(fern_rwlock *rw);
 /* As rdlock with a deadline; ETIMEDOUT if it passed first; EINVAL also for a
  * negative deadline. */
 int fern_rwlock_timedrdlock(fern_rwlock *rw, int64_t deadline_ns);
-/* Return 0; EINVAL if rw is NULL; EDEADLK if the caller holds it (read or write). */
+/* Take the write lock, waiting while any thread holds the lock.
+ * Return 0; EINVAL if rw is NULL; EDEADLK if the caller holds it (read or write). */
 int fern_rwlock_wrlock(fern_rwlock *rw);
 /* As wrlock, but never waits: EBUSY where wrlock would wait, and also when
  * the caller itself holds the lock, for reading or writing (no EDEADLK, as
@@ -437,11 +458,13 @@ typedef struct fern_barrier {
 } fern_barrier;
 #define FERN_BARRIER_SERIAL_THREAD (-1)
 
-/* Return 0; EINVAL if b is NULL or count is 0. A zeroed barrier must be
+/* Initialise a barrier that releases its waiters count at a time.
+ * Return 0; EINVAL if b is NULL or count is 0. A zeroed barrier must be
  * initialised before use (its count is 0: fern_barrier_wait says EINVAL). */
 int fern_barrier_init(fern_barrier *b, unsigned count);
-/* Return 0; EINVAL if b is NULL; EBUSY if threads wait on it (threads
- * released by the last arrival no longer use it). */
+/* Destroy a barrier. Threads released by the last arrival no longer use
+ * it, so it may follow the last fern_barrier_wait at once.
+ * Return 0; EINVAL if b is NULL; EBUSY while threads wait on it. */
 int fern_barrier_destroy(fern_barrier *b);
 /* Wait until `count` threads have arrived. Returns FERN_BARRIER_SERIAL_THREAD
  * in exactly one of them (the last to arrive) and 0 in the others; EINVAL if b
@@ -457,20 +480,23 @@ typedef struct fern_wg {
 } fern_wg;
 #define FERN_WG_INIT {0, 0, 0, {NULL, NULL}}
 
-/* Return 0; EINVAL if wg is NULL. */
+/* Initialise a wait group with a count of 0 (same as zeroing).
+ * Return 0; EINVAL if wg is NULL. */
 int fern_wg_init(fern_wg *wg);
-/* Return 0; EINVAL if wg is NULL; EBUSY if the count is not 0 or a waiter is
- * inside a wait on it (including one that timed out and has not yet left). */
+/* Destroy a wait group. It first waits for waiters that timed out to leave
+ * it (a woken one no longer uses it). Return 0; EINVAL if wg is NULL; EBUSY if the
+ * count is not 0 or a waiter is blocked on it. */
 int fern_wg_destroy(fern_wg *wg);
 /* Add delta (may be negative) to the counter; at 0 every waiter wakes.
  * Return 0; EINVAL if wg is NULL or the counter would go below 0 (nothing
  * changes then). */
 int fern_wg_add(fern_wg *wg, int64_t delta);
-/* fern_wg_add(wg, -1). */
+/* Take one from the counter: fern_wg_add(wg, -1), with its returns. */
 int fern_wg_done(fern_wg *wg);
 /* Wait for the counter to be 0. Return 0; EINVAL if wg is NULL. */
 int fern_wg_wait(fern_wg *wg);
-/* Return 0; ETIMEDOUT if the deadline passed first; EINVAL if wg is NULL or
+/* As fern_wg_wait, with an absolute deadline.
+ * Return 0; ETIMEDOUT if the deadline passed first; EINVAL if wg is NULL or
  * the deadline is negative. */
 int fern_wg_timedwait(fern_wg *wg, int64_t deadline_ns);
 
@@ -494,42 +520,49 @@ int fern_call_once(fern_once *o, void (*fn)(void));
 
 typedef struct fern_chan fern_chan;
 
-/* Channels are biased like mutexes (see fern_mutex): one used only by the
+/* Create a channel of elements of elem_size bytes holding up to capacity
+ * buffered elements (0 = unbuffered: a send waits for a receiver).
+ * Return 0; EINVAL if ch is NULL, elem_size is 0 or elem_size * capacity
+ * overflows; ENOMEM if the buffer cannot be allocated.
+ *
+ * Channels are biased like mutexes (see fern_mutex): one used only by the
  * green threads of a one-worker cluster takes no lock and makes no atomic
  * instruction (an unbuffered round trip between two such threads is about a
  * fifth faster); the first use by any other kernel thread revokes that once
  * (a membarrier(2) call), and fern_select makes its channels shared for good
- * before it locks them. Nothing changes in what the calls return.
- *
- * Create a channel of elements of elem_size bytes holding up to capacity
- * buffered elements (0 = unbuffered: a send waits for a receiver).
- * Return 0; EINVAL if ch is NULL, elem_size is 0 or elem_size * capacity
- * overflows; ENOMEM if the buffer cannot be allocated. */
+ * before it locks them. Nothing changes in what the calls return. */
 int fern_chan_create(fern_chan **ch, size_t elem_size, size_t capacity);
-/* Free a channel. Return 0; EINVAL if ch is NULL; EBUSY while a sender,
- * receiver or select is inside an operation on it, including one that timed
- * out or whose select fired on another case and has not yet left (the
- * channel is not freed then). A select woken by this channel (a close, a
- * send) does not touch it again: destroy may follow the close at once. */
+/* Free a channel. It first waits for senders, receivers and selects that
+ * are leaving it (one that timed out, or whose select fired on another
+ * case, relocks it to unlink itself; one inside an operation holds its
+ * lock), so destroy may follow the last close or send at once. A thread woken
+ * by this channel does not touch it again. Return 0; EINVAL if ch is NULL;
+ * EBUSY while a sender, receiver or select is blocked on it (the channel is
+ * not freed then). */
 int fern_chan_destroy(fern_chan *ch);
-/* Close: no more sends. Receivers get what is buffered, then EPIPE; blocked
+/* Close the channel: no more sends. Receivers get what is buffered, then EPIPE; blocked
  * senders wake with EPIPE. Return 0; EINVAL if ch is NULL; EPIPE if closed. */
 int fern_chan_close(fern_chan *ch);
 /* Send a copy of *elem, waiting for room or a receiver. Return 0; EINVAL if
  * ch or elem is NULL; EPIPE if the channel is closed (before or while
  * waiting: the element was not sent). */
 int fern_chan_send(fern_chan *ch, const void *elem);
-/* Return 0; EAGAIN if it would wait; EPIPE if closed; EINVAL as above. */
+/* Send without waiting: only if a receiver waits or the buffer has room.
+ * Return 0; EAGAIN if it would wait; EPIPE if closed; EINVAL as above. */
 int fern_chan_trysend(fern_chan *ch, const void *elem);
-/* Return 0; ETIMEDOUT if the deadline passed first (nothing sent); EPIPE if
+/* As fern_chan_send, with an absolute deadline.
+ * Return 0; ETIMEDOUT if the deadline passed first (nothing sent); EPIPE if
  * closed; EINVAL as above or for a negative deadline. */
 int fern_chan_timedsend(fern_chan *ch, const void *elem, int64_t deadline_ns);
 /* Receive into *elem (elem may be NULL to discard). Return 0; EINVAL if ch is
  * NULL; EPIPE once the channel is closed and drained. */
 int fern_chan_recv(fern_chan *ch, void *elem);
-/* Return 0; EAGAIN if nothing is ready; EPIPE if closed and drained. */
+/* Receive without waiting: only if an element is buffered or a sender waits.
+ * Return 0; EAGAIN if nothing is ready; EPIPE if closed and drained; EINVAL
+ * if ch is NULL. */
 int fern_chan_tryrecv(fern_chan *ch, void *elem);
-/* Return 0; ETIMEDOUT if the deadline passed first (nothing received);
+/* As fern_chan_recv, with an absolute deadline.
+ * Return 0; ETIMEDOUT if the deadline passed first (nothing received);
  * EPIPE if closed and drained; EINVAL as above or for a negative deadline. */
 int fern_chan_timedrecv(fern_chan *ch, void *elem, int64_t deadline_ns);
 /* Buffered elements now / the capacity. */

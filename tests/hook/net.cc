@@ -2,7 +2,7 @@
 // fern-hook, sockets and names: connect/accept on green threads of one
 // worker, refused connections, SO_SNDTIMEO on TCP and AF_UNIX connect, the
 // resolver on the blocking pool, fork (the child runs with hooking off),
-// FERN_HOOK=0.
+// FERN_HOOK=0, and invalid FERN_HOOK values refused.
 #include "hook_test.h"
 
 #include <arpa/inet.h>
@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 
 #include <cstring>
+#include <string>
 
 using namespace hook_test;
 
@@ -390,6 +391,60 @@ TEST(HookNet, ForkChildRunsPlain) {
     EXPECT_EQ(WEXITSTATUS(st), 0);
     close(p[0]);
     close(p[1]);
+}
+
+// FERN_HOOK is checked like every other FERN_* variable (src/config.c):
+// "0" and "1" (and unset or empty, the default) are taken, anything else is
+// refused with one line naming the variable, the value and what is
+// accepted. It is read while the library loads, so the refusal is the
+// process's: this binary re-run with each value exits 1 before main prints
+// anything. (Before, any value but "0", "banana" included, meant on.)
+// Under qemu-user the copy runs through the emulator ctest names in
+// FERN_TEST_EMULATOR (as stress/conns.cc does), with this binary's path,
+// which qemu reports for /proc/self/exe.
+std::string run_self_with_hook(const char *value, int *status) {
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    EXPECT_GT(len, 0) << strerror(errno);
+    if (len <= 0) return "";
+    self[len] = 0;
+    std::string cmd = "FERN_HOOK='";
+    cmd += value;
+    cmd += "' ";
+    if (const char *e = getenv("FERN_TEST_EMULATOR")) {
+        cmd += e;
+        cmd += " ";
+    }
+    cmd += "'";
+    cmd += self;
+    cmd += "' --gtest_list_tests --gtest_filter=HookOff.* 2>&1";
+    FILE *f = popen(cmd.c_str(), "r");
+    EXPECT_NE(f, nullptr);
+    std::string out;
+    if (!f) return out;
+    char buf[256];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+    *status = pclose(f);
+    return out;
+}
+
+TEST(HookEnv, InvalidValueIsRefused) {
+    for (const char *bad : {"banana", "on", "off", "true", "00", " 1", "1 "}) {
+        int st = -1;
+        std::string out = run_self_with_hook(bad, &st);
+        ASSERT_TRUE(WIFEXITED(st)) << bad;
+        EXPECT_EQ(WEXITSTATUS(st), 1) << "FERN_HOOK=\"" << bad << "\" printed: " << out;
+        EXPECT_EQ(out, std::string("fern: FERN_HOOK=\"") + bad +
+                           "\" is not valid: expected 0 (off) or 1 (on)\n");
+    }
+    for (const char *good : {"0", "1", ""}) {
+        int st = -1;
+        std::string out = run_self_with_hook(good, &st);
+        ASSERT_TRUE(WIFEXITED(st)) << good;
+        EXPECT_EQ(WEXITSTATUS(st), 0) << "FERN_HOOK=\"" << good << "\" printed: " << out;
+        EXPECT_NE(out.find("EnvironmentTurnsHookingOff"), std::string::npos) << out;
+    }
 }
 
 // Run by ctest with FERN_HOOK=0 (test_hook_off): a green thread's read of

@@ -4,8 +4,9 @@
 # against it the ways the README tells users to: a C program (prog.c), a
 # C++ program (prog.cc) and a fern-hook program (prog_hook.c) with pkg-config
 # and with find_package(fern); then the
-# uninstall command, and the library configured and built with
-# -DBUILD_TESTING=OFF while GoogleTest is hidden (as on a machine without it).
+# uninstall command, the library configured and built with
+# -DBUILD_TESTING=OFF while GoogleTest is hidden (as on a machine without it),
+# and the README's own steps for installing into a prefix, run as written.
 # Each check prints ok/FAIL; the last line is `install check: N passed, N failed`.
 #
 #   tests/install/check.sh [BUILD_DIR]      (default build/release)
@@ -84,14 +85,37 @@ check cxx17-one-clear-error cxx_too_old
 
 cmake_package() {
     mkdir -p "$work/cm" &&
-    cp "$here/prog.c" "$here/prog.cc" "$here/overflow.c" "$here/prog_hook.c" "$here/CMakeLists.txt" "$work/cm/" &&
+    cp "$here/prog.c" "$here/prog.cc" "$here/overflow.c" "$here/prog_hook.c" "$here/prog_nohook_calls.c" \
+        "$here/CMakeLists.txt" "$work/cm/" &&
     cmake -S "$work/cm" -B "$work/cm/build" -DCMAKE_PREFIX_PATH="$prefix" &&
     cmake --build "$work/cm/build" &&
     prints "fern ok 42" "$work/cm/build/prog" &&
     prints "fern++ ok 42" "$work/cm/build/prog_cxx" &&
-    prints "fern-hook ok" "$work/cm/build/prog_hook"
+    prints "fern-hook ok" "$work/cm/build/prog_hook" &&
+    for p in prog_static prog_cxx_static prog_hook_static; do
+        # Static: no libfern*.so among what the program needs.
+        ! readelf -d "$work/cm/build/$p" | grep -q 'NEEDED.*libfern' ||
+            { echo "$p needs a shared libfern"; return 1; }
+    done &&
+    prints "fern ok 42" "$work/cm/build/prog_static" &&
+    prints "fern++ ok 42" "$work/cm/build/prog_cxx_static" &&
+    prints "fern-hook ok" "$work/cm/build/prog_hook_static"
 }
-check cmake-package-c-cxx-and-hook cmake_package
+check cmake-package-shared-and-static cmake_package
+
+# fern::hook_static brings every member of libfern-hook.a, even into a
+# program that calls no hooked function itself: each global function the
+# archive defines is defined in the program.
+hook_static_whole() {
+    prints "fern-hook static ok 0" "$work/cm/build/prog_hook_nocalls" &&
+    nm -g --defined-only "$libdir/libfern-hook.a" | awk '$2 == "T" { print $3 }' | sort -u >"$work/hook.syms" &&
+    nm --defined-only "$work/cm/build/prog_hook_nocalls" | awk '$2 == "T" || $2 == "t" { print $3 }' |
+        sort -u >"$work/prog.syms" &&
+    missing=$(comm -23 "$work/hook.syms" "$work/prog.syms") &&
+    echo "$(wc -l <"$work/hook.syms") functions in libfern-hook.a, missing: ${missing:-none}" &&
+    [ -z "$missing" ] && [ "$(wc -l <"$work/hook.syms")" -ge 40 ]
+}
+check hook-static-target-links-whole hook_static_whole
 
 # fern-hook (docs/hooks.md): pkg-config fern-hook (shared), and the static
 # archive linked whole, as the docs say.
@@ -111,7 +135,8 @@ hook_static() {
 check hook-static hook_static
 
 # One version everywhere (CHANGELOG.md, "Versioning"): fern.pc, fern.h's
-# FERN_VERSION_MAJOR/MINOR, and the soname (major.minor before 1.0, then major).
+# FERN_VERSION_MAJOR/MINOR, and the sonames of libfern and libfern-hook
+# (major.minor before 1.0, then major).
 versions_agree() {
     v=$(pkg-config --modversion fern) || return 1
     major=${v%%.*}
@@ -121,19 +146,31 @@ versions_agree() {
         $CC -E -P $(pkg-config --cflags fern) - | tail -n 1 | tr -d ' ')
     if [ "$major" = 0 ]; then want="libfern.so.0.$minor"; else want="libfern.so.$major"; fi
     soname=$(readelf -d "$libdir/libfern.so" | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')
-    echo "fern.pc $v, fern.h $h, soname $soname (want $want)"
-    [ "$h" = "$major.$minor" ] && [ "$soname" = "$want" ] && [ -e "$libdir/$want" ]
+    # libfern-hook follows the same rule (CHANGELOG.md).
+    hwant=$(echo "$want" | sed 's/^libfern\./libfern-hook./')
+    hsoname=$(readelf -d "$libdir/libfern-hook.so" | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')
+    echo "fern.pc $v, fern.h $h, soname $soname (want $want), $hsoname (want $hwant)"
+    [ "$h" = "$major.$minor" ] && [ "$soname" = "$want" ] && [ -e "$libdir/$want" ] &&
+    [ "$hsoname" = "$hwant" ] && [ -e "$libdir/$hwant" ]
 }
 check versions-agree versions_agree
 
 # The man pages are installed where man finds them: `man fern_spawn`.
 man_pages() {
-    n=$(ls "$prefix"/share/man/man3/fern_*.3 | wc -l)
+    m="$prefix/share/man"
+    n=$(ls "$m"/man3/fern_*.3 | wc -l)
     # fern__* are private to libfern-hook (src/hookapi.h): no pages.
-    exported=$(nm -D --defined-only "$libdir/libfern.so" | awk '$2 == "T" && $3 ~ /^fern_[a-z0-9]/' | wc -l)
-    echo "$n pages, $exported exported functions"
-    [ "$n" -eq "$exported" ] && [ -f "$prefix/share/man/man3/fern.3" ] &&
-    MANPATH="$prefix/share/man" man -w fern_spawn | grep -q "$prefix/share/man/man3/fern_spawn.3"
+    exported=$(nm -D --defined-only "$libdir/libfern.so" | awk '$2 == "T" && $3 ~ /^fern_[a-z0-9]/ { print $3 }')
+    echo "$n pages, $(echo "$exported" | wc -l) exported functions"
+    for f in $exported fern fern_config fern_attr; do
+        [ -f "$m/man3/$f.3" ] || { echo "no page $f.3"; return 1; }
+    done
+    # The function pages plus the two structure pages, nothing else.
+    [ "$n" -eq $(($(echo "$exported" | wc -l) + 2)) ] &&
+    [ -f "$m/man7/fern-hook.7" ] && [ -f "$m/man7/fern-cxx.7" ] &&
+    MANPATH="$m" man -w fern_spawn | grep -q "$m/man3/fern_spawn.3" &&
+    MANPATH="$m" man -w 7 fern-hook | grep -q "$m/man7/fern-hook.7" &&
+    MANPATH="$m" man -w fern_config | grep -q "$m/man3/fern_config.3"
 }
 check man-pages man_pages
 
@@ -215,6 +252,34 @@ no_tests() {
     prints "fern ok 42" "$work/cm/build2/prog"
 }
 check build-without-tests-or-gtest no_tests
+
+# The README's steps for a prefix of one's own, exactly as written there (the
+# sh block after its "tests/install/check.sh runs the next block" marker),
+# with HOME a scratch directory and none of the variables they set already
+# set: a C program with pkg-config and a CMake project with find_package
+# build and run, and `man fern_spawn` finds the installed page. Run last:
+# its install rewrites the build's install_manifest.txt.
+readme_prefix() {
+    awk '/tests\/install\/check.sh runs the next block/ { want = 1; next }
+         want && /^```sh/ { inblock = 1; next }
+         inblock && /^```/ { exit }
+         inblock { print }' "$root/README.md" >"$work/readme.sh" &&
+    [ "$(wc -l <"$work/readme.sh")" -ge 5 ] || { echo "README block not found"; return 1; }
+    mkdir -p "$work/rd/home" "$work/rd/myproject" &&
+    ln -s "$(cd "$build" && pwd)" "$work/rd/build" &&
+    cp "$here/prog.c" "$work/rd/" &&
+    cp "$here"/*.c "$here/prog.cc" "$here/CMakeLists.txt" "$work/rd/myproject/" &&
+    (cd "$work/rd" && env -u PKG_CONFIG_PATH -u LD_LIBRARY_PATH -u CMAKE_PREFIX_PATH -u MANPATH \
+        HOME="$work/rd/home" MANWIDTH=80 sh -e "$work/readme.sh") >"$work/readme.out" 2>&1
+    rc=$?
+    cat "$work/readme.out"
+    [ $rc -eq 0 ] &&
+    [ "$(grep -c '^fern ok 42$' "$work/readme.out")" -eq 2 ] &&
+    grep -q 'fern_spawn *- ' "$work/readme.out" &&
+    # Given the directory alone, as well.
+    man -M "$work/rd/home/.local/share/man" fern_spawn | grep -q 'fern_spawn *- '
+}
+check readme-prefix-steps readme_prefix
 
 echo "install check: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -1,20 +1,27 @@
 // SPDX-License-Identifier: MIT
-// The destroy rule (src/wait.c): *_destroy says EBUSY until no thread that
-// entered an operation on the object is still inside it, woken and timed-out
-// waiters included, so an object may be freed as soon as destroy returns 0.
+// The destroy rule (src/wait.c): *_destroy waits until no thread that
+// entered an operation on the object is still inside it (woken and
+// timed-out waiters, a select that fired elsewhere, a thread holding its
+// lock), then returns 0, so an object may be freed as soon as destroy
+// returns; EBUSY only while a thread is blocked on it or holds it.
 //
 // Deterministic cases run on a one-worker cluster, where a woken thread
 // cannot run before the thread that woke it parks: the interleaving
-// "wake, then destroy and free before the woken thread runs" is forced.
+// "wake, then destroy and free before the woken thread runs" is forced,
+// and a destroy that waits must yield to the leaving thread.
 //
 // Races: a waiter W in a timed wait and a thread K that wakes it (close,
 // broadcast, post, unlock...) near W's deadline, then destroys and frees the
-// object, retrying while destroy says EBUSY. Objects are on the heap, so
-// AddressSanitizer reports any access after the free. Four lanes run at once
-// (W and K green or plain), sharing the iterations; K acts at W's deadline
-// plus an offset sweeping -40..+40 us, once it has seen W inside the object
-// (a destroy before W entered would be the test's own bug). Iterations:
-// $FERN_DESTROY_ITERS per race (default 10,000; the stress label runs more).
+// object at once, as POSIX code does after its last wake-up: an EBUSY there
+// is a failure unless W's operation got the object (a lock it then holds),
+// and for the objects the test allocates (cond, sem, wait group, barrier)
+// the memory is freed after the first destroy whatever it said. Objects are
+// on the heap, so AddressSanitizer reports any access after the free. Four
+// lanes run at once (W and K green or plain), sharing the iterations; K acts
+// at W's deadline plus an offset sweeping -40..+40 us, once it has seen W
+// inside the object (a destroy before W entered would be the test's own
+// bug). Iterations: $FERN_DESTROY_ITERS per race (default 10,000; the stress
+// label runs more).
 #include "fern_test.h"
 
 #include <cstring>
@@ -99,12 +106,13 @@ TEST_F(Destroy, SelectFiredChannelClosedAndDestroyedBeforeTheSelectRuns) {
         fern_select_case cs[2] = {{a, FERN_RECV, &va, 0}, {b, FERN_RECV, &vb, 0}};
         fern_thread *w = park_one([&] { got = fern_select(cs, 2, FERN_FOREVER); });
         EXPECT_EQ(0, fern_chan_close(a)); // wins the select
-        EXPECT_EQ(EBUSY, fern_chan_destroy(b)); // the select's waiter on b is still linked
         EXPECT_EQ(0, fern_chan_destroy(a)); // freed: the select must not relock it
+        // The select's waiter on b is still linked, the select not run yet:
+        // destroy yields to it until it has unlinked itself, then frees b.
+        EXPECT_EQ(0, fern_chan_destroy(b));
         EXPECT_EQ(0, fern_join(w, nullptr));
         EXPECT_EQ(0, got);
         EXPECT_EQ(EPIPE, cs[0].result);
-        EXPECT_EQ(0, fern_chan_destroy(b));
     });
 }
 
@@ -118,11 +126,10 @@ TEST_F(Destroy, CloseLeavesASelectWaiterItCannotWinLinked) {
         fern_thread *w = park_one([&] { got = fern_select(cs, 2, FERN_FOREVER); });
         EXPECT_EQ(0, fern_chan_close(a));
         EXPECT_EQ(0, fern_chan_close(b)); // cannot win the select: must leave its waiter
-        EXPECT_EQ(EBUSY, fern_chan_destroy(b));
         EXPECT_EQ(0, fern_chan_destroy(a));
+        EXPECT_EQ(0, fern_chan_destroy(b)); // waits for the select to unlink it
         EXPECT_EQ(0, fern_join(w, nullptr));
         EXPECT_EQ(0, got);
-        EXPECT_EQ(0, fern_chan_destroy(b));
     });
 }
 
@@ -140,7 +147,7 @@ TEST_F(Destroy, SelectWithTwoCasesOnTheFiredChannel) {
     });
 }
 
-TEST_F(Destroy, MutexWokenLockerKeepsItBusy) {
+TEST_F(Destroy, MutexDestroyWaitsForAWokenLocker) {
     on(g_one, [] {
         auto *m = new fern_mutex;
         ASSERT_EQ(0, fern_mutex_init(m));
@@ -150,10 +157,11 @@ TEST_F(Destroy, MutexWokenLockerKeepsItBusy) {
             EXPECT_EQ(0, fern_mutex_unlock(m));
         });
         EXPECT_EQ(0, fern_mutex_unlock(m)); // wakes W to compete: it has not run yet
-        EXPECT_EQ(EBUSY, fern_mutex_destroy(m));
-        EXPECT_EQ(0, fern_join(w, nullptr));
+        // W is counted in m: destroy yields to it, W locks and unlocks m,
+        // and only then is m idle.
         EXPECT_EQ(0, fern_mutex_destroy(m));
         delete m;
+        EXPECT_EQ(0, fern_join(w, nullptr));
     });
 }
 
@@ -257,7 +265,93 @@ TEST_F(Destroy, WokenWaitersNeverTouchTheObjectAgain) {
     });
 }
 
+// A thread still blocked (untimed, or timed with its deadline far off)
+// makes destroy say EBUSY at once, without waiting for it: only threads
+// that are leaving are waited for. On one worker a destroy that waited for
+// a blocked thread would hang the test.
+TEST_F(Destroy, BlockedWaitersMakeItBusyAtOnce) {
+    on(g_one, [] {
+        const int64_t far = fern_now_ns() + 10 * 1000000000LL;
+        fern_chan *a, *b;
+        ASSERT_EQ(0, fern_chan_create(&a, sizeof(int), 0));
+        ASSERT_EQ(0, fern_chan_create(&b, sizeof(int), 0));
+        int va = 0, vb = 0, got = -1;
+        fern_select_case cs[2] = {{a, FERN_RECV, &va, 0}, {b, FERN_RECV, &vb, 0}};
+        fern_thread *w = park_one([&] { got = fern_select(cs, 2, far); });
+        EXPECT_EQ(EBUSY, fern_chan_destroy(a));
+        EXPECT_EQ(EBUSY, fern_chan_destroy(b));
+        int one = 1;
+        EXPECT_EQ(0, fern_chan_send(b, &one)); // fires case 1: still linked on a
+        EXPECT_EQ(0, fern_chan_destroy(b));
+        EXPECT_EQ(0, fern_chan_destroy(a)); // waits for the select to unlink itself
+        EXPECT_EQ(0, fern_join(w, nullptr));
+        EXPECT_EQ(1, got);
+        EXPECT_EQ(1, vb);
+
+        auto *s = new fern_sem;
+        ASSERT_EQ(0, fern_sem_init(s, 0));
+        w = park_one([s, far] { EXPECT_EQ(0, fern_sem_timedwait(s, far)); });
+        EXPECT_EQ(EBUSY, fern_sem_destroy(s));
+        EXPECT_EQ(0, fern_sem_post(s));
+        EXPECT_EQ(0, fern_sem_destroy(s));
+        delete s;
+        EXPECT_EQ(0, fern_join(w, nullptr));
+
+        auto *wg = new fern_wg;
+        ASSERT_EQ(0, fern_wg_init(wg));
+        ASSERT_EQ(0, fern_wg_add(wg, 1));
+        w = park_one([wg, far] { EXPECT_EQ(0, fern_wg_timedwait(wg, far)); });
+        EXPECT_EQ(EBUSY, fern_wg_destroy(wg));
+        EXPECT_EQ(0, fern_wg_done(wg));
+        EXPECT_EQ(0, fern_wg_destroy(wg));
+        delete wg;
+        EXPECT_EQ(0, fern_join(w, nullptr));
+
+        // A condition waiter: EBUSY for c (blocked on it) and for m (it
+        // uses m until it holds it again), whether blocked or just woken.
+        auto *c = new fern_cond;
+        auto *m = new fern_mutex;
+        ASSERT_EQ(0, fern_cond_init(c));
+        ASSERT_EQ(0, fern_mutex_init(m));
+        bool ready = false;
+        w = park_one([&] {
+            EXPECT_EQ(0, fern_mutex_lock(m));
+            while (!ready) EXPECT_EQ(0, fern_cond_timedwait(c, m, far));
+            EXPECT_EQ(0, fern_mutex_unlock(m));
+        });
+        EXPECT_EQ(EBUSY, fern_cond_destroy(c));
+        EXPECT_EQ(EBUSY, fern_mutex_destroy(m));
+        EXPECT_EQ(0, fern_mutex_lock(m));
+        ready = true;
+        EXPECT_EQ(0, fern_cond_signal(c));
+        EXPECT_EQ(0, fern_mutex_unlock(m));
+        EXPECT_EQ(0, fern_cond_destroy(c));
+        delete c;
+        EXPECT_EQ(EBUSY, fern_mutex_destroy(m)); // woken, not yet holding m
+        EXPECT_EQ(0, fern_join(w, nullptr));
+        EXPECT_EQ(0, fern_mutex_destroy(m));
+        delete m;
+
+        // A locker blocked on a held mutex, and one on a free mutex that
+        // an unlock woke (it has not run yet): EBUSY, then a wait.
+        m = new fern_mutex;
+        ASSERT_EQ(0, fern_mutex_init(m));
+        ASSERT_EQ(0, fern_mutex_lock(m));
+        w = park_one([m, far] {
+            EXPECT_EQ(0, fern_mutex_timedlock(m, far));
+            EXPECT_EQ(0, fern_mutex_unlock(m));
+        });
+        EXPECT_EQ(EBUSY, fern_mutex_destroy(m));
+        EXPECT_EQ(0, fern_mutex_unlock(m));
+        EXPECT_EQ(0, fern_mutex_destroy(m)); // W locks and unlocks meanwhile
+        delete m;
+        EXPECT_EQ(0, fern_join(w, nullptr));
+    });
+}
+
 // ---- races -----------------------------------------------------------------
+
+constexpr int kEarly = -1;
 
 long race_iters() {
     const char *s = std::getenv("FERN_DESTROY_ITERS");
@@ -272,8 +366,21 @@ struct RaceOps {
     std::function<void *()> make;
     std::function<int(void *, int64_t)> wait;
     std::function<void(void *)> wake;
+    // 0 or EBUSY; kEarly for an EBUSY that is always premature, where the
+    // object has parts (cond and mutex) and only some may legitimately be
+    // busy.
     std::function<int(void *)> destroy;
     std::function<void(void *)> drop;
+    // When an EBUSY is legitimate: kIfGot when W's operation got the object
+    // (a lock W then holds until it unlocks), kAlways when W holds it again
+    // anyway (a condition wait's mutex; kEarly still marks c's EBUSY).
+    // Otherwise every EBUSY is premature: W is no longer blocked once K's
+    // wake-up returned, it is only leaving.
+    enum { kNever, kIfGot, kAlways } held_ok = kNever;
+    // Free the object after the first destroy whatever it said, as POSIX
+    // code does (an EBUSY is counted all the same): ASan then reports the
+    // leaving W's accesses that an early EBUSY stood for.
+    bool posix_free = false;
     // W (named wname if green) is visibly inside the object.
     std::function<bool(void *, const char *wname)> inside;
     bool w_green_only = false; // inside() needs W green
@@ -311,7 +418,7 @@ void run_race(const RaceOps &ops) {
     const int64_t lead = kTsan ? 400000 : 120000;
     Watchdog dog(kTsan ? 900 : 300, "destroy race");
     std::vector<Lane> lanes(kLanes);
-    std::atomic<long> timedout{0}, busy{0};
+    std::atomic<long> timedout{0}, busy{0}, early{0};
     std::vector<std::function<void()>> bodies;
     for (int l = 0; l < kLanes; l++) {
         Lane &ln = lanes[l];
@@ -328,7 +435,7 @@ void run_race(const RaceOps &ops) {
                 ln.done.store(i, std::memory_order_release);
             }
         });
-        bodies.push_back([&ops, &ln, &timedout, &busy, n, l] { // K
+        bodies.push_back([&ops, &ln, &timedout, &busy, &early, n, l] { // K
             for (long i = 0; i < n; i++) {
                 void *o = ops.make();
                 ln.obj.store(o);
@@ -342,13 +449,28 @@ void run_race(const RaceOps &ops) {
                 int64_t at = ln.deadline.load() + off;
                 while (ln.done.load(std::memory_order_acquire) != i && fern_now_ns() < at) relax();
                 ops.wake(o);
+                // Destroy at once, as POSIX code does right after its last
+                // wake-up. An EBUSY here is counted, then retried (so that the
+                // object is freed only once it is idle: ASan then reports
+                // only accesses that a destroy saying 0 let through).
                 int r;
-                for (Backoff b; (r = ops.destroy(o)) == EBUSY; b())
+                bool was_busy = false, was_early = false;
+                for (Backoff b; (r = ops.destroy(o)) == EBUSY || r == kEarly; b()) {
                     busy.fetch_add(1, std::memory_order_relaxed);
+                    was_busy = true;
+                    was_early |= r == kEarly;
+                    if (ops.posix_free) {
+                        r = 0;
+                        break;
+                    }
+                }
                 ASSERT_EQ(0, r);
                 if (ops.drop) ops.drop(o);
                 for (Backoff b; ln.done.load(std::memory_order_acquire) != i;) b();
                 if (ln.result.load() == ETIMEDOUT) timedout.fetch_add(1);
+                if (was_early || (was_busy && ops.held_ok == RaceOps::kNever) ||
+                    (was_busy && ops.held_ok == RaceOps::kIfGot && ln.result.load() != 0))
+                    early.fetch_add(1);
             }
         });
     }
@@ -371,8 +493,12 @@ void run_race(const RaceOps &ops) {
     }
     for (auto *t : gt) EXPECT_EQ(0, fern_join(t, nullptr));
     for (auto &t : pt) t.join();
-    std::printf("  %ld iterations: %ld timed out, %ld woken, destroy said EBUSY %ld times\n",
-                iters, timedout.load(), iters - timedout.load(), busy.load());
+    std::printf("  %ld iterations: %ld timed out, %ld woken, destroy said EBUSY %ld times "
+                "(%ld iterations while W was not holding the object)\n",
+                iters, timedout.load(), iters - timedout.load(), busy.load(), early.load());
+    // Destroy waits for threads leaving the object; EBUSY only for one
+    // holding it (held_ok) or blocked on it, which W is not after K's wake.
+    EXPECT_EQ(0, early.load());
 }
 
 // A waiter is linked in q: the public struct's internal field, which the
@@ -472,24 +598,23 @@ RaceOps select_race(bool send_b, bool wake_by_send) {
 // broadcasts (holding m: a broadcast then makes W an heir of m; or after
 // unlocking), unlocks, and destroys c then m.
 struct CondPair {
-    fern_cond c;
+    fern_cond *c; // its own allocation: freed after its destroy, whatever it said
     fern_mutex m;
-    bool c_gone;
 };
 enum CondWake { kSignal, kBroadcastHolding, kBroadcastAfterUnlock };
 RaceOps cond_race(CondWake how) {
     RaceOps o;
     o.make = [] {
         auto *p = new CondPair;
-        EXPECT_EQ(0, fern_cond_init(&p->c));
+        p->c = new fern_cond;
+        EXPECT_EQ(0, fern_cond_init(p->c));
         EXPECT_EQ(0, fern_mutex_init(&p->m));
-        p->c_gone = false;
         return (void *)p;
     };
     o.wait = [](void *v, int64_t dl) {
         auto *p = (CondPair *)v;
         EXPECT_EQ(0, fern_mutex_lock(&p->m));
-        int r = fern_cond_timedwait(&p->c, &p->m, dl);
+        int r = fern_cond_timedwait(p->c, &p->m, dl);
         EXPECT_TRUE(r == 0 || r == ETIMEDOUT) << r;
         EXPECT_EQ(0, fern_mutex_unlock(&p->m));
         return r;
@@ -498,27 +623,29 @@ RaceOps cond_race(CondWake how) {
         auto *p = (CondPair *)v;
         EXPECT_EQ(0, fern_mutex_lock(&p->m));
         if (how == kSignal) {
-            EXPECT_EQ(0, fern_cond_signal(&p->c));
+            EXPECT_EQ(0, fern_cond_signal(p->c));
         }
         if (how == kBroadcastHolding) {
-            EXPECT_EQ(0, fern_cond_broadcast(&p->c));
+            EXPECT_EQ(0, fern_cond_broadcast(p->c));
         }
         EXPECT_EQ(0, fern_mutex_unlock(&p->m));
         if (how == kBroadcastAfterUnlock) {
-            EXPECT_EQ(0, fern_cond_broadcast(&p->c));
+            EXPECT_EQ(0, fern_cond_broadcast(p->c));
         }
     };
     o.destroy = [](void *v) {
         auto *p = (CondPair *)v;
-        if (!p->c_gone) {
-            int r = fern_cond_destroy(&p->c);
-            if (r) return r;
-            p->c_gone = true;
+        if (p->c) {
+            int r = fern_cond_destroy(p->c);
+            delete p->c; // as POSIX code does, right after the last wake-up
+            p->c = nullptr;
+            if (r) return r == EBUSY ? kEarly : r; // W is not blocked on c any more
         }
-        return fern_mutex_destroy(&p->m);
+        return fern_mutex_destroy(&p->m); // EBUSY while W holds m again
     };
+    o.held_ok = RaceOps::kAlways; // W relocks m whatever its wait returned
     o.drop = [](void *v) { delete (CondPair *)v; };
-    o.inside = [](void *v, const char *) { return queued(((CondPair *)v)->c.waiters_); };
+    o.inside = [](void *v, const char *) { return queued(((CondPair *)v)->c->waiters_); };
     return o;
 }
 
@@ -541,6 +668,7 @@ RaceOps mutex_race() {
     };
     o.wake = [](void *v) { EXPECT_EQ(0, fern_mutex_unlock((fern_mutex *)v)); };
     o.destroy = [](void *v) { return fern_mutex_destroy((fern_mutex *)v); };
+    o.held_ok = RaceOps::kIfGot;
     o.drop = [](void *v) { delete (fern_mutex *)v; };
     o.inside = [](void *v, const char *) { return queued(((fern_mutex *)v)->waiters_); };
     return o;
@@ -560,6 +688,7 @@ RaceOps sem_race() {
     };
     o.wake = [](void *v) { EXPECT_EQ(0, fern_sem_post((fern_sem *)v)); };
     o.destroy = [](void *v) { return fern_sem_destroy((fern_sem *)v); };
+    o.posix_free = true;
     o.drop = [](void *v) { delete (fern_sem *)v; };
     o.inside = [](void *v, const char *) { return queued(((fern_sem *)v)->waiters_); };
     return o;
@@ -586,6 +715,7 @@ RaceOps rwlock_race(bool writer) {
     };
     o.wake = [](void *v) { EXPECT_EQ(0, fern_rwlock_unlock((fern_rwlock *)v)); };
     o.destroy = [](void *v) { return fern_rwlock_destroy((fern_rwlock *)v); };
+    o.held_ok = RaceOps::kIfGot;
     o.drop = [](void *v) { delete (fern_rwlock *)v; };
     o.inside = [writer](void *v, const char *) {
         auto *rw = (fern_rwlock *)v;
@@ -609,6 +739,7 @@ RaceOps wg_race() {
     };
     o.wake = [](void *v) { EXPECT_EQ(0, fern_wg_done((fern_wg *)v)); };
     o.destroy = [](void *v) { return fern_wg_destroy((fern_wg *)v); };
+    o.posix_free = true;
     o.drop = [](void *v) { delete (fern_wg *)v; };
     o.inside = [](void *v, const char *) { return queued(((fern_wg *)v)->waiters_); };
     return o;
@@ -634,6 +765,7 @@ RaceOps barrier_race() {
         EXPECT_TRUE(r == 0 || r == FERN_BARRIER_SERIAL_THREAD) << r;
     };
     o.destroy = [](void *v) { return fern_barrier_destroy((fern_barrier *)v); };
+    o.posix_free = true;
     o.drop = [](void *v) { delete (fern_barrier *)v; };
     o.inside = [](void *v, const char *) { return queued(((fern_barrier *)v)->waiters_); };
     return o;

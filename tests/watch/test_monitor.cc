@@ -116,6 +116,76 @@ TEST(Monitor, OneWorkerGetsASpareThatEnds) {
     ASSERT_EQ(0, fern_shutdown());
 }
 
+namespace {
+
+std::string dump_text() {
+    char *buf = nullptr;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    EXPECT_NE(nullptr, f);
+    if (!f) return "";
+    EXPECT_GE(fern_dump(f), 0);
+    fclose(f);
+    std::string out(buf, len);
+    free(buf);
+    return out;
+}
+
+// fern_dump's worker counts agree: the header's workers, the cluster's
+// workers (its live ones, spares included), its worker lines, and no more
+// idle than workers. Returns the cluster's count.
+long dump_counts_agree(const std::string &out) {
+    long header = -1, cluster = -1, idle = -1, lines = 0;
+    EXPECT_EQ(1, std::sscanf(out.c_str(), "fern: %*u live threads, %*u clusters, %ld workers",
+                             &header))
+        << out;
+    size_t at = out.find("(default): ");
+    EXPECT_NE(std::string::npos, at) << out;
+    if (at == std::string::npos) return -1;
+    EXPECT_EQ(1, std::sscanf(out.c_str() + at, "(default): %ld workers", &cluster)) << out;
+    size_t comma = out.find(", ", at + 11);
+    EXPECT_EQ(1, std::sscanf(out.c_str() + comma, ", %ld idle", &idle)) << out;
+    for (size_t p = out.find("\n  worker "); p != std::string::npos; p = out.find("\n  worker ", p + 1))
+        lines++;
+    EXPECT_EQ(header, cluster) << out;
+    EXPECT_EQ(cluster, lines) << out;
+    EXPECT_LE(idle, cluster) << out;
+    return cluster;
+}
+
+} // namespace
+
+// Issue 30, item 7: once spares have started and ended, fern_dump counted
+// their empty slots as workers ("6 workers, 2 idle" under a header of 2).
+TEST(Monitor, DumpCountsOnlyLiveWorkers) {
+    restart(2, FERN_PREEMPT_OFF);
+    Watchdog wd(60);
+    struct fern_stats s0, s1;
+    ASSERT_EQ(0, fern_stats(&s0));
+    // Both workers and then the spares block in the kernel (no fern hook:
+    // usleep sleeps there), so the monitor starts spares.
+    std::vector<fern_thread *> ts;
+    for (int i = 0; i < 12; i++) {
+        fern_thread *t;
+        ASSERT_EQ(0, spawn(&t, nullptr, [] { usleep(100000); }));
+        ts.push_back(t);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    // While spares run: the counts agree too (a spare shown is counted).
+    dump_counts_agree(dump_text());
+    for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
+    ASSERT_EQ(0, fern_stats(&s1));
+    EXPECT_GE(s1.spares_started - s0.spares_started, 1u) << "no spare started: nothing tested";
+    EXPECT_TRUE(wait_until([] {
+        struct fern_stats st;
+        return fern_stats(&st) == 0 && st.workers == 2;
+    })) << "the spares did not end once idle";
+    std::string out = dump_text();
+    EXPECT_EQ(2, dump_counts_agree(out));
+    EXPECT_EQ(std::string::npos, out.find("spare")) << out;
+    ASSERT_EQ(0, fern_shutdown());
+}
+
 // A worker stuck with threads queued behind it (not timers): they are moved
 // and run elsewhere.
 TEST(Monitor, QueuedThreadsOfAStuckWorkerRun) {

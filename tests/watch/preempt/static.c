@@ -13,7 +13,7 @@
  * old code counted none: the sleeper ran only through compensation), the
  * worker must spend a few ms of CPU per 1 ms sleep (the sleep and about a
  * kernel tick of spinning, in CPU time so that the machine's load does not
- * matter: median <= 6 ms, 9 in 10 <= 10 ms, as tests/test_preempt.cc), and
+ * matter: median <= 6 ms, 9 in 10 <= 10 ms, as tests/watch/test_preempt.cc), and
  * fern_dump's preemption line must say that the executable's code is
  * preempted, less fern's section.
  */
