@@ -735,6 +735,10 @@ static inline fern_thread *thread_current(void)
     return w && w->cur != &w->g0 ? w->cur : NULL;
 }
 extern __thread char fern_plain_token_ __attribute__((tls_model("initial-exec"), visibility("hidden")));
+/* Set while a kernel thread that is not a worker (the monitor) fires
+ * timers: the sleepers go to the front of their cluster's inbox
+ * (sched.c: inbox_push_wake). */
+extern __thread bool fern_tls_firing_ __attribute__((tls_model("initial-exec"), visibility("hidden")));
 /* The ownership token of green thread t, or of the calling plain thread if
  * t is NULL. Plain threads never change kernel thread, so taking a TLS
  * address here is safe. */

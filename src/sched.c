@@ -43,7 +43,8 @@
  *                 clusters, migrations and spills. Checked when the local
  *                 queue is empty (then, unless the taker holds a lock, a
  *                 share of it moves to the ring: inbox_take) and every 61
- *                 ticks, so it cannot starve.
+ *                 ticks, so it cannot starve. A sleeper whose timer the
+ *                 monitor fired goes to its front (inbox_push_wake).
  *
  * Switching: a thread that stops running (yield, park, exit, migrate) picks
  * its successor itself and switches straight to it; only when nothing is
@@ -434,10 +435,22 @@ static inline void inbox_push(struct fern_cluster *c, fern_thread *t, bool gaine
     inbox_unlock_added(c);
 }
 
+__thread bool fern_tls_firing_ __attribute__((tls_model("initial-exec")));
+
 /* Out of line: inlined into sched_ready, it made every hand-off on a
- * worker save and restore more registers (6 instructions a wake-up). */
+ * worker save and restore more registers (6 instructions a wake-up).
+ * A sleeper whose timer the monitor fired (the owner had not switched for
+ * a tick: fern_tls_firing_) goes to the inbox's front, not behind what a
+ * rescue moved there: the monitor holds rt.boot_lock, so c stays while
+ * cluster_wake runs after the push. */
 __attribute__((noinline)) void inbox_push_wake(struct fern_cluster *c, fern_thread *t)
 {
+    if (unlikely(fern_tls_firing_)) {
+        STORE_RELAXED(&t->run_state, T_RUNNABLE);
+        inbox_push_front(&c->inbox, t, t, 1);
+        cluster_wake(c);
+        return;
+    }
     inbox_push(c, t, false);
 }
 

@@ -171,7 +171,8 @@ void timers_move(struct worker *from, struct worker *to)
 /* Fired on a worker (its own heap or another's: timers_help), a sleeper
  * goes to that worker's `soon` list (sched.c: wake_from), ahead of the
  * threads queued there; fired by the monitor (a stuck worker's heap), to
- * its cluster's inbox. */
+ * the front of its cluster's inbox (fern_tls_firing_), ahead of a
+ * rescued ring's threads. */
 int timers_run(struct worker *w, int64_t now)
 {
     struct timer_heap *h = &w->timers;
@@ -182,6 +183,8 @@ int timers_run(struct worker *w, int64_t now)
     uint8_t was = self ? self->wake_from : WAKE_DIRECT;
     if (self)
         self->wake_from = WAKE_TIMER;
+    else
+        fern_tls_firing_ = true;
     spin_lock(&h->lock);
     while (h->n > 0 && h->v[0]->deadline <= now) {
         struct timer *t = h->v[0];
@@ -192,6 +195,8 @@ int timers_run(struct worker *w, int64_t now)
     spin_unlock(&h->lock);
     if (self)
         self->wake_from = was;
+    else
+        fern_tls_firing_ = false;
     return fired;
 }
 

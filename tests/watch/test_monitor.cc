@@ -186,6 +186,52 @@ TEST(Monitor, DumpCountsOnlyLiveWorkers) {
     ASSERT_EQ(0, fern_shutdown());
 }
 
+// Issue 30, item 2, the monitor's part (watch_poller): the poll owner
+// leaves epoll_wait to run a thread that then blocks in the kernel (a raw
+// read(2), which no fern hook sees), and no other worker is idle to take
+// the role. A reader parked in fern_read must still be woken when its pipe
+// is written: the monitor polls once the role has been vacant 10 ms, the
+// reader lands in the inbox, and compensation runs it. Before, it waited
+// for the blocked thread (1 s here).
+TEST(Monitor, ReaderWakesWhileThePollOwnerIsBlockedInTheKernel) {
+    restart(1, FERN_PREEMPT_OFF);
+    Watchdog wd(60);
+    int rfd[2], bfd[2];
+    ASSERT_EQ(0, pipe(rfd));
+    ASSERT_EQ(0, pipe(bfd));
+    std::atomic<int64_t> woke{0};
+    fern_thread *reader, *blocker;
+    ASSERT_EQ(0, spawn(&reader, nullptr, [&] {
+                  char c;
+                  EXPECT_EQ(1, fern_read(rfd[0], &c, 1));
+                  woke = fern_now_ns();
+              }));
+    // The worker goes idle and owns the poller; the blocker wakes it and
+    // holds it in the kernel.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::atomic<bool> blocking{false};
+    ASSERT_EQ(0, spawn(&blocker, nullptr, [&] {
+                  blocking = true;
+                  char c;
+                  EXPECT_EQ(1, syscall(SYS_read, bfd[0], &c, 1));
+              }));
+    while (!blocking.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    int64_t wrote = fern_now_ns();
+    ASSERT_EQ(1, write(rfd[1], "x", 1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    int64_t at = woke.load();
+    ASSERT_EQ(1, write(bfd[1], "x", 1));
+    ASSERT_EQ(0, fern_join(blocker, nullptr));
+    ASSERT_EQ(0, fern_join(reader, nullptr));
+    EXPECT_NE(0, at) << "the reader slept until the blocked thread returned";
+    if (at) {
+        EXPECT_LE((at - wrote) / 1e6, lateness_bound_ms());
+    }
+    for (int fd : {rfd[0], rfd[1], bfd[0], bfd[1]}) close(fd);
+    ASSERT_EQ(0, fern_shutdown());
+}
+
 // A worker stuck with threads queued behind it (not timers): they are moved
 // and run elsewhere.
 TEST(Monitor, QueuedThreadsOfAStuckWorkerRun) {
