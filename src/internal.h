@@ -946,6 +946,9 @@ void sched_yield_pinned(struct worker *w);
 int64_t deadlock_watch(int64_t now, bool workers_busy);
 uint64_t deadlocks_reported(void);
 void deadlock_reset(void);
+/* deadlock.c: what reports need from the dynamic loader, looked up once
+ * (no fern lock held: see there). */
+void deadlock_prepare(void);
 /* thread.c: fn(t) for every live thread (under the descriptor lock). */
 void threads_walk(void (*fn)(fern_thread *t, void *arg), void *arg);
 int threads_dump(FILE *f);
