@@ -340,23 +340,24 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
         return 0;
     struct code_range ex[EXCLUDED_MAX];
     int nex = 0;
-    if (exe) {
-        /* fern's own code (and fern-hook's) must be excluded if it is here. */
-        /* Hidden symbols: their addresses are fern's code, never a PLT entry. */
-        uintptr_t self[] = {(uintptr_t)&preempt_init,
+    /* fern's own code (and fern-hook's) must be excluded if it is here:
+     * the executable or a listed library built with libfern.a. */
+    /* Hidden symbols: their addresses are fern's code, never a PLT entry. */
+    uintptr_t self[] = {(uintptr_t)&preempt_init,
 #if ARCH_PREEMPT
-                            (uintptr_t)&fern_preempt_tramp,
+                        (uintptr_t)&fern_preempt_tramp,
 #endif
-                            (uintptr_t)&preempt_yield};
-        bool fern_here = false, interp = false;
-        for (int i = 0; i < info->dlpi_phnum; i++) {
-            const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-            interp |= ph->p_type == PT_INTERP;
-            uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
-            if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X))
-                for (size_t k = 0; k < sizeof self / sizeof *self; k++)
-                    fern_here |= self[k] >= lo && self[k] < hi;
-        }
+                        (uintptr_t)&preempt_yield};
+    bool fern_here = false, interp = false;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        interp |= ph->p_type == PT_INTERP;
+        uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+        if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X))
+            for (size_t k = 0; k < sizeof self / sizeof *self; k++)
+                fern_here |= self[k] >= lo && self[k] < hi;
+    }
+    if (exe) {
         if (!interp) {
             /* No loader: a -static program, libc's code (malloc's, stdio's
              * locks) is the executable's. */
@@ -381,9 +382,15 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
             b->excluded += ex[i].hi - ex[i].lo;
         b->exe = EXE_PREEMPTED;
     } else {
-        size_t l = strlen(b->libs), add = strlen(base_name(name));
+        /* A listed library with fern inside is left alone, all of it (its
+         * fern_nopreempt sections are not looked for): fern_dump names it. */
+        const char *why = fern_here ? " (not preempted: fern is inside)" : "";
+        size_t l = strlen(b->libs), add = strlen(base_name(name)) + strlen(why);
         if (l + add + 2 < sizeof b->libs)
-            snprintf(b->libs + l, sizeof b->libs - l, "%s%s", l ? ", " : "", base_name(name));
+            snprintf(b->libs + l, sizeof b->libs - l, "%s%s%s", l ? ", " : "", base_name(name),
+                     why);
+        if (fern_here)
+            return 0;
     }
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
