@@ -226,46 +226,30 @@ static int find_object(struct dl_phdr_info *info, size_t size, void *arg)
 
 /* Map the file and find its symbol table; a file that is not a readable
  * ELF of this process's class leaves syms NULL (the object still names
- * itself). Every offset is checked against the file's size. */
+ * itself). elf_sections checks every offset against the file's size. */
 static void sym_load(struct sym_obj *o)
 {
     o->map = NULL;
     o->syms = NULL;
-    int fd = o->path[0] ? open(o->path, O_RDONLY | O_CLOEXEC) : -1;
-    struct stat st;
-    if (fd < 0)
+    if (!o->path[0] || !(o->map = (void *)elf_map(o->path, &o->maplen)))
         return;
-    if (fstat(fd, &st) || (size_t)st.st_size < sizeof(ElfW(Ehdr))) {
-        close(fd);
-        return;
-    }
-    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (m == MAP_FAILED)
-        return;
-    o->map = m;
-    o->maplen = (size_t)st.st_size;
-    const unsigned char *b = m;
-    const ElfW(Ehdr) *eh = m;
-    if (memcmp(eh->e_ident, ELFMAG, SELFMAG) || eh->e_ident[EI_CLASS] != (__ELF_NATIVE_CLASS == 64 ? ELFCLASS64 : ELFCLASS32) ||
-        eh->e_shentsize != sizeof(ElfW(Shdr)) || eh->e_shoff > o->maplen ||
-        (o->maplen - eh->e_shoff) / sizeof(ElfW(Shdr)) < eh->e_shnum)
-        return;
-    const ElfW(Shdr) *sh = (const ElfW(Shdr) *)(b + eh->e_shoff);
+    unsigned n;
+    const ElfW(Shdr) *sh = elf_sections(o->map, o->maplen, &n);
     const ElfW(Shdr) *pick = NULL;
-    for (unsigned i = 0; i < eh->e_shnum; i++)
+    for (unsigned i = 0; sh && i < n; i++)
         if (sh[i].sh_type == SHT_SYMTAB || (sh[i].sh_type == SHT_DYNSYM && !pick))
             pick = &sh[i];
-    if (!pick || pick->sh_link >= eh->e_shnum)
+    if (!pick || pick->sh_link >= n || sh[pick->sh_link].sh_type != SHT_STRTAB)
         return;
+    const unsigned char *b = o->map;
     const ElfW(Shdr) *str = &sh[pick->sh_link];
-    if (pick->sh_offset > o->maplen || pick->sh_size > o->maplen - pick->sh_offset ||
-        str->sh_offset > o->maplen || str->sh_size > o->maplen - str->sh_offset)
-        return;
     o->syms = (const ElfW(Sym) *)(b + pick->sh_offset);
     o->nsyms = pick->sh_size / sizeof(ElfW(Sym));
     o->strs = (const char *)(b + str->sh_offset);
     o->strslen = str->sh_size;
+    /* Every name ends inside the table. */
+    if (!o->strslen || o->strs[o->strslen - 1])
+        o->syms = NULL;
 }
 
 static struct sym_obj *sym_object(uintptr_t addr)
@@ -282,8 +266,7 @@ static struct sym_obj *sym_object(uintptr_t addr)
     if (!o) {
         /* More objects than slots: reuse the last one. */
         o = &S.o[SYM_OBJS - 1];
-        if (o->map)
-            munmap(o->map, o->maplen);
+        elf_unmap(o->map, o->maplen);
     }
     *o = tmp;
     sym_load(o);
@@ -293,8 +276,7 @@ static struct sym_obj *sym_object(uintptr_t addr)
 static void sym_release(void)
 {
     for (unsigned i = 0; i < S.n; i++)
-        if (S.o[i].map)
-            munmap(S.o[i].map, S.o[i].maplen);
+        elf_unmap(S.o[i].map, S.o[i].maplen);
     S.n = 0;
 }
 

@@ -229,44 +229,29 @@ static bool listed(const char *path)
  * file is checked to be the one the loader mapped (its program headers are
  * info's: under an explicit `ld.so prog`, /proc/self/exe is the loader).
  * Returns how many, or -1 if that cannot be read or there are more than
- * max (then nothing is known to be excluded). Raw system calls: with
- * fern-hook loaded, libc's open/read/close are its wrappers (task_sleeping
- * says why that matters). */
+ * max (then nothing is known to be excluded). elf.c reads it with raw
+ * system calls (fern-hook's wrappers are not for the monitor). */
 static int exe_excluded(const struct dl_phdr_info *info, struct code_range *out, int max)
 {
-    int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/exe", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
+    size_t len = 0;
+    const unsigned char *m = elf_map("/proc/self/exe", &len);
+    unsigned nsh;
+    const ElfW(Shdr) *sh = elf_sections(m, len, &nsh);
+    const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)m;
     int n = -1;
-    ElfW(Ehdr) eh;
-    ElfW(Shdr) *sh = NULL;
-    ElfW(Phdr) *ph = NULL;
-    char *names = NULL;
-    size_t phs = (size_t)info->dlpi_phnum * sizeof(ElfW(Phdr));
-    if (syscall(SYS_pread64, fd, &eh, sizeof eh, 0) != (long)sizeof eh ||
-        memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_phnum != info->dlpi_phnum ||
-        eh.e_phentsize != sizeof(ElfW(Phdr)) || eh.e_shentsize != sizeof(ElfW(Shdr)) ||
-        eh.e_shoff == 0 || eh.e_shnum == 0 || eh.e_shstrndx >= eh.e_shnum)
-        goto out; /* no section table (or an extended one, which only objects need) */
-    ph = malloc(phs);
-    sh = malloc((size_t)eh.e_shnum * sizeof *sh);
-    if (!ph || !sh ||
-        syscall(SYS_pread64, fd, ph, phs, (off_t)eh.e_phoff) != (long)phs ||
-        memcmp(ph, info->dlpi_phdr, phs) != 0 ||
-        syscall(SYS_pread64, fd, sh, (size_t)eh.e_shnum * sizeof *sh, (off_t)eh.e_shoff) !=
-            (long)(eh.e_shnum * sizeof *sh))
+    if (!sh || eh->e_phnum != info->dlpi_phnum ||
+        memcmp(m + eh->e_phoff, info->dlpi_phdr, (size_t)eh->e_phnum * sizeof(ElfW(Phdr))) != 0)
         goto out;
-    const ElfW(Shdr) *str = &sh[eh.e_shstrndx];
-    if (str->sh_size == 0 || str->sh_size > (64u << 20) || !(names = malloc(str->sh_size + 1)) ||
-        syscall(SYS_pread64, fd, names, (size_t)str->sh_size, (off_t)str->sh_offset) !=
-            (long)str->sh_size)
+    const ElfW(Shdr) *str = &sh[eh->e_shstrndx];
+    if (str->sh_type != SHT_STRTAB)
         goto out;
-    names[str->sh_size] = 0;
+    const char *names = (const char *)m + str->sh_offset;
+    size_t plen = strlen(NOPREEMPT_SECTION);
     n = 0;
-    for (unsigned i = 0; i < eh.e_shnum; i++) {
+    for (unsigned i = 0; i < nsh; i++) {
         if (!(sh[i].sh_flags & SHF_EXECINSTR) || sh[i].sh_size == 0 ||
-            sh[i].sh_name >= str->sh_size ||
-            strncmp(names + sh[i].sh_name, NOPREEMPT_SECTION, strlen(NOPREEMPT_SECTION)) != 0)
+            sh[i].sh_name >= str->sh_size || str->sh_size - sh[i].sh_name < plen ||
+            memcmp(names + sh[i].sh_name, NOPREEMPT_SECTION, plen) != 0)
             continue;
         if (n == max) { /* more than we can exclude: preempt none of it */
             n = -1;
@@ -277,10 +262,7 @@ static int exe_excluded(const struct dl_phdr_info *info, struct code_range *out,
         n++;
     }
 out:
-    free(names);
-    free(sh);
-    free(ph);
-    syscall(SYS_close, fd);
+    elf_unmap(m, len);
     return n;
 }
 
