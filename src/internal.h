@@ -31,6 +31,7 @@
 #pragma GCC visibility pop
 
 #include <errno.h>
+#include <link.h> /* ElfW */
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -946,6 +947,17 @@ void sched_yield_pinned(struct worker *w);
 int64_t deadlock_watch(int64_t now, bool workers_busy);
 uint64_t deadlocks_reported(void);
 void deadlock_reset(void);
+/* elf.c: the file at path mapped read-only (raw system calls), NULL if it
+ * cannot be; *len its size. */
+const void *elf_map(const char *path, size_t *len);
+void elf_unmap(const void *m, size_t len);
+/* The section table of the mapped ELF file m (len bytes), NULL unless it is
+ * of this process's class and its program and section headers and every
+ * section's contents (SHT_NOBITS aside) lie inside the file; *n entries. */
+const ElfW(Shdr) *elf_sections(const void *m, size_t len, unsigned *n);
+/* deadlock.c: what reports need from the dynamic loader, looked up once
+ * (no fern lock held: see there). */
+void deadlock_prepare(void);
 /* thread.c: fn(t) for every live thread (under the descriptor lock). */
 void threads_walk(void (*fn)(fern_thread *t, void *arg), void *arg);
 int threads_dump(FILE *f);

@@ -340,6 +340,7 @@ int monitor_start(int64_t slice_ns, bool preempt)
     M.spares_started = 0;
     M.unowned_since = 0;
     deadlock_reset();
+    deadlock_prepare(); /* the loader's lock, not under rt.boot_lock */
     if (pthread_create(&M.th, NULL, monitor_main, NULL))
         return EAGAIN;
     M.started = true;
