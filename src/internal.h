@@ -871,6 +871,9 @@ void spares_reap(struct fern_cluster *c);
 /* A worker that held the poller stopped: wake an idle worker of some
  * cluster to take the role (rt.boot_lock held). */
 void poll_rehome(void);
+/* Wake an idle worker of the first cluster that has one (rt.boot_lock
+ * held); false if no cluster has an idle worker. */
+bool wake_an_idle_cluster(void);
 /* Move what waits on a stuck worker v (its ring, hand-off slot, and with
  * pinned_too its pinned threads) to its cluster's inbox; returns how many
  * threads moved. */
