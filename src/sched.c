@@ -4,19 +4,19 @@
  *
  * Where a runnable thread can be:
  *   - w->soon     threads whose timer this worker fired (its own heap, or
- *                 another worker's: timers_help): taken before `next` and
- *                 the ring, so a sleeper does not wait behind the queue
+ *                 another worker's: timers_help), or that a descriptor
+ *                 event it dispatched woke (a poll's batch, in order):
+ *                 taken before `next` and the ring, so a sleeper or a
+ *                 reader does not wait behind the queue
  *                 (issue 30; Go runs such a goroutine next, `runnext`). At
  *                 most SOON_STREAK_MAX in a row while it stays non-empty,
  *                 then one pick goes to `next` or the ring, so neither
  *                 starves; there is no time slice to inherit, as each
  *                 pick's streak is bounded instead. A FIFO under its spin
  *                 lock: thieves (soon_steal) and the monitor's rescue take
- *                 from it too. Threads woken by descriptor events go to the
- *                 ring's tail in their batch's order, not to `next`, where
- *                 each would have pushed the previous one (and a sleeper
- *                 put there) to the tail: under load a poll's batch is
- *                 itself the queue, served first come first served.
+ *                 from it too. Not `next` for a poll's batch: each event
+ *                 would push the previous thread (and one a primitive
+ *                 handed off there) to the ring's tail.
  *   - w->next     the hand-off slot of the worker that woke it: a thread
  *                 woken by the running one runs next, so a ping-pong stays
  *                 on one core. NEXT_STREAK_MAX consecutive hand-offs at
@@ -1255,20 +1255,20 @@ void sched_yield_pinned(struct worker *w)
 
 static void ready_last(struct worker *w, fern_thread *t);
 
-/* t was woken by a timer that w fired (wake_from WAKE_TIMER): onto w's
- * `soon` list, which w serves before its hand-off slot and ring
- * (pick_next), so it does not wait behind the threads queued there. Or by
- * a descriptor event that w dispatched (WAKE_POLL): to the ring's tail
- * (ready_last), in the batch's order. Either way an idle worker, if one
- * is listed and none spins, is woken to share the work (it steals from
- * `soon` too: steal_some); not needed for correctness, w is awake and runs
- * both. Out of line: the hand-off path does not pay for it. */
+/* t was woken by a timer that w fired (wake_from WAKE_TIMER) or by a
+ * descriptor event that w dispatched (WAKE_POLL): onto w's `soon` list,
+ * which w serves before its hand-off slot and ring (pick_next), so it does
+ * not wait behind the threads queued there. A poll's whole batch goes
+ * there, in its order, not just its first thread: the rest would wait
+ * behind the ring as before, and the batch cannot starve the ring, as
+ * `soon` gives up every SOON_STREAK_MAX+1-th pick to `next` or the ring.
+ * Not the hand-off slot: each event would push the previous thread (and
+ * what a primitive's wake put there) to the ring's tail. An idle worker,
+ * if one is listed and none spins, is woken to share the work (it steals
+ * from `soon` too: steal_some); not needed for correctness, w is awake
+ * and runs both. Out of line: the hand-off path does not pay for it. */
 static __attribute__((noinline)) void ready_from(struct worker *w, fern_thread *t)
 {
-    if (w->wake_from == WAKE_POLL) {
-        ready_last(w, t);
-        return;
-    }
     tqueue_push(&w->soon, t);
     soon_rearm(w);
     struct fern_cluster *c = w->cluster;
