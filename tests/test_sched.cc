@@ -930,8 +930,8 @@ namespace {
 // A green thread waits in fern_read on a socket, on the default cluster
 // (its only cluster, so a worker of it, not an idle one elsewhere, polls
 // and dispatches the event) beside `n` busy threads that spin `spin_us`
-// and yield, keeping its run queue about `n` long. A plain thread writes
-// one byte `events` times, 1 ms apart. Returns the most turns that busy
+// and yield, keeping its run queue about `n` long. Another green thread
+// writes one byte `events` times, 1 ms apart. Returns the most turns that busy
 // threads began after a write and before the reader ran.
 long turns_before_reader(unsigned workers, int n, int spin_us, int events) {
     stop_runtime();
@@ -966,16 +966,22 @@ long turns_before_reader(unsigned workers, int n, int spin_us, int events) {
                       got.store(k + 1);
                   }
               }));
-    while (got.load() != -1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    std::this_thread::sleep_for(std::chrono::milliseconds(5)); // in fern_read
-    for (int k = 0; k < events; k++) {
-        overtook.store(0);
-        armed.store(true);
-        char b = 0;
-        EXPECT_EQ(1, write(fds[1], &b, 1));
-        while (got.load() != k + 1) std::this_thread::sleep_for(std::chrono::microseconds(200));
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    // The writer is a green thread too: it arms the count and writes in
+    // one turn, which a plain thread might be descheduled between.
+    fern_thread *writer;
+    EXPECT_EQ(0, spawn_on(&writer, nullptr, [&] {
+                  while (got.load() != -1) fern_sleep_ns(ms(1));
+                  fern_sleep_ns(ms(5)); // the reader is in fern_read
+                  for (int k = 0; k < events; k++) {
+                      overtook.store(0);
+                      armed.store(true);
+                      char b = 0;
+                      EXPECT_EQ(1, write(fds[1], &b, 1));
+                      while (got.load() != k + 1) fern_sleep_ns(ms(1) / 5);
+                      fern_sleep_ns(ms(1));
+                  }
+              }));
+    EXPECT_EQ(0, fern_join(writer, nullptr));
     EXPECT_EQ(0, fern_join(reader, nullptr));
     stop = true;
     for (auto t : ts) EXPECT_EQ(0, fern_join(t, nullptr));
