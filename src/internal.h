@@ -535,7 +535,7 @@ struct worker {
     uint32_t *bias_busy;        /* bias_busy(bias_tag), kept: deriving it on
                                  * each operation made the condvar
                                  * producer/consumer 2.5 ns slower */
-    struct tqueue soon;         /* woken by a timer here: run before the
+    struct tqueue soon;         /* woken by a timer or poll here: run before the
                                  * ring (sched.c's header, `soon`) */
     uint32_t soon_streak;       /* threads taken from `soon` in a row */
     uint32_t help_next;         /* whose timers timers_help looks at next */
@@ -872,6 +872,9 @@ void spares_reap(struct fern_cluster *c);
 /* A worker that held the poller stopped: wake an idle worker of some
  * cluster to take the role (rt.boot_lock held). */
 void poll_rehome(void);
+/* Wake an idle worker of the first cluster that has one (rt.boot_lock
+ * held); false if no cluster has an idle worker. */
+bool wake_an_idle_cluster(void);
 /* Move what waits on a stuck worker v (its ring, hand-off slot, and with
  * pinned_too its pinned threads) to its cluster's inbox; returns how many
  * threads moved. */

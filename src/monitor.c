@@ -265,12 +265,8 @@ static void watch_poller(int64_t now)
     if (now - M.unowned_since < POLL_ORPHAN_NS)
         return;
     M.unowned_since = 0;
-    for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster)
-        if (LOAD_RELAXED(&c->nidle)) {
-            cluster_wake(c);
-            return;
-        }
-    io_poll_nonblocking();
+    if (!wake_an_idle_cluster())
+        io_poll_nonblocking();
 }
 
 /* One tick over every cluster (rt.boot_lock held: clusters stay linked).

@@ -4,19 +4,19 @@
  *
  * Where a runnable thread can be:
  *   - w->soon     threads whose timer this worker fired (its own heap, or
- *                 another worker's: timers_help): taken before `next` and
- *                 the ring, so a sleeper does not wait behind the queue
+ *                 another worker's: timers_help), or that a descriptor
+ *                 event it dispatched woke (a poll's batch, in order):
+ *                 taken before `next` and the ring, so a sleeper or a
+ *                 reader does not wait behind the queue
  *                 (issue 30; Go runs such a goroutine next, `runnext`). At
  *                 most SOON_STREAK_MAX in a row while it stays non-empty,
  *                 then one pick goes to `next` or the ring, so neither
  *                 starves; there is no time slice to inherit, as each
  *                 pick's streak is bounded instead. A FIFO under its spin
  *                 lock: thieves (soon_steal) and the monitor's rescue take
- *                 from it too. Threads woken by descriptor events go to the
- *                 ring's tail in their batch's order, not to `next`, where
- *                 each would have pushed the previous one (and a sleeper
- *                 put there) to the tail: under load a poll's batch is
- *                 itself the queue, served first come first served.
+ *                 from it too. Not `next` for a poll's batch: each event
+ *                 would push the previous thread (and one a primitive
+ *                 handed off there) to the ring's tail.
  *   - w->next     the hand-off slot of the worker that woke it: a thread
  *                 woken by the running one runs next, so a ping-pong stays
  *                 on one core. NEXT_STREAK_MAX consecutive hand-offs at
@@ -938,9 +938,10 @@ static inline void soon_rearm(struct worker *w)
  * each call: its owner may be idle but waiting for a CPU (a loaded
  * machine), or busy between its own 61-tick looks, while w runs. The
  * sleepers go to w's `soon` list (timers_run). Called every 61 ticks and
- * from the idle loop; a relaxed load of the other heap's earliest deadline
- * unless one is due. */
-static __attribute__((noinline)) void timers_help(struct worker *w)
+ * from the idle loop: a relaxed load of the other heap's earliest deadline,
+ * compared with `now`, the caller's clock reading (0: not read, as w has
+ * no timer; then read here only if the other heap has one). */
+static __attribute__((noinline)) void timers_help(struct worker *w, int64_t now)
 {
     struct fern_cluster *c = w->cluster;
     unsigned nw = LOAD(&c->nworkers);
@@ -948,11 +949,23 @@ static __attribute__((noinline)) void timers_help(struct worker *w)
         return;
     struct worker *v = c->workers[(w->index + 1 + w->help_next++ % (nw - 1)) % nw];
     int64_t due = LOAD_RELAXED(&v->timers.due);
-    if (due) {
-        int64_t now = fern_now_ns();
-        if (due <= now)
-            timers_run(v, now);
-    }
+    if (due && due <= (now ? now : (now = fern_now_ns())))
+        timers_run(v, now);
+}
+
+/* pick_next's every-61-ticks look at the timers: w's own heap, and one
+ * other's (timers_help). At most one clock read, for both heaps, and none
+ * while neither has a timer; a heap's lock only when its earliest deadline
+ * is due. With `soon` non-empty every pick comes here (soon_rearm). Out of
+ * line: inlined, it made the switch paths' code larger (about 4 instructions
+ * per ping-pong round trip, callgrind). */
+static __attribute__((noinline)) void timers_tick(struct worker *w)
+{
+    int64_t now = 0, due = LOAD_RELAXED(&w->timers.due);
+    if (due && due <= (now = fern_now_ns()))
+        timers_run(w, now);
+    if (!w->alone)
+        timers_help(w, now);
 }
 
 /* Pick the next thread to run without blocking; NULL if none. Inlined into
@@ -970,15 +983,17 @@ static inline __attribute__((always_inline)) fern_thread *pick_next(struct worke
     fern_thread *t;
     uint32_t tick = ++w->tick;
     if (unlikely(tick % 61 == 0)) {
-        if (LOAD_RELAXED(&w->timers.n))
-            timers_run(w, fern_now_ns());
-        if (!w->alone)
-            timers_help(w);
+        timers_tick(w);
         if (tqueue_len(&w->soon)) {
             if (w->soon_streak < SOON_STREAK_MAX && (t = tqueue_pop(&w->soon)) != NULL) {
-                w->soon_streak++;
-                if (tqueue_len(&w->soon))
+                /* A burst ends when `soon` empties: the next one gets its
+                 * own SOON_STREAK_MAX. */
+                if (tqueue_len(&w->soon)) {
+                    w->soon_streak++;
                     soon_rearm(w);
+                } else {
+                    w->soon_streak = 0;
+                }
                 return t;
             }
             /* This pick is the hand-off slot's or the ring's; the next one
@@ -1006,8 +1021,11 @@ static inline __attribute__((always_inline)) fern_thread *pick_next(struct worke
         return t;
     if ((t = tqueue_pop(&w->pinned)) != NULL)
         return t;
-    if ((t = tqueue_pop(&w->soon)) != NULL) /* its streak was over */
+    if ((t = tqueue_pop(&w->soon)) != NULL) { /* its streak was over */
+        if (!tqueue_len(&w->soon))
+            w->soon_streak = 0;
         return t;
+    }
     if (LOAD_RELAXED(&w->next) && (t = __atomic_exchange_n(&w->next, NULL, __ATOMIC_ACQ_REL)))
         return t;
     return batch ? inbox_take(w) : inbox_pop(&w->cluster->inbox);
@@ -1237,20 +1255,20 @@ void sched_yield_pinned(struct worker *w)
 
 static void ready_last(struct worker *w, fern_thread *t);
 
-/* t was woken by a timer that w fired (wake_from WAKE_TIMER): onto w's
- * `soon` list, which w serves before its hand-off slot and ring
- * (pick_next), so it does not wait behind the threads queued there. Or by
- * a descriptor event that w dispatched (WAKE_POLL): to the ring's tail
- * (ready_last), in the batch's order. Either way an idle worker, if one
- * is listed and none spins, is woken to share the work (it steals from
- * `soon` too: steal_some); not needed for correctness, w is awake and runs
- * both. Out of line: the hand-off path does not pay for it. */
+/* t was woken by a timer that w fired (wake_from WAKE_TIMER) or by a
+ * descriptor event that w dispatched (WAKE_POLL): onto w's `soon` list,
+ * which w serves before its hand-off slot and ring (pick_next), so it does
+ * not wait behind the threads queued there. A poll's whole batch goes
+ * there, in its order, not just its first thread: the rest would wait
+ * behind the ring as before, and the batch cannot starve the ring, as
+ * `soon` gives up every SOON_STREAK_MAX+1-th pick to `next` or the ring.
+ * Not the hand-off slot: each event would push the previous thread (and
+ * what a primitive's wake put there) to the ring's tail. An idle worker,
+ * if one is listed and none spins, is woken to share the work (it steals
+ * from `soon` too: steal_some); not needed for correctness, w is awake
+ * and runs both. Out of line: the hand-off path does not pay for it. */
 static __attribute__((noinline)) void ready_from(struct worker *w, fern_thread *t)
 {
-    if (w->wake_from == WAKE_POLL) {
-        ready_last(w, t);
-        return;
-    }
     tqueue_push(&w->soon, t);
     soon_rearm(w);
     struct fern_cluster *c = w->cluster;
@@ -1678,7 +1696,7 @@ static fern_thread *find_work(struct worker *w)
             break;
         if (LOAD_RELAXED(&w->timers.n) && timers_run(w, fern_now_ns()))
             continue;
-        timers_help(w);
+        timers_help(w, 0);
         if ((t = pick_next(w, false, true, true)) != NULL)
             break;
         unsigned nw = LOAD(&c->nworkers);
@@ -2042,11 +2060,20 @@ void poll_rehome(void)
     full_fence();
     if (!io_active() || io_poll_owned())
         return;
+    wake_an_idle_cluster();
+}
+
+/* Wake an idle worker of the first cluster that has one, to take the
+ * poller; false if none is idle. rt.boot_lock held (the clusters stay
+ * linked): poll_rehome and the monitor's watch_poller. */
+bool wake_an_idle_cluster(void)
+{
     for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster)
         if (LOAD_RELAXED(&c->nidle)) {
             cluster_wake(c);
-            return;
+            return true;
         }
+    return false;
 }
 
 /* Stop and join c's workers and free it. Caller checked it is unused. */
