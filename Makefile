@@ -87,17 +87,17 @@ demo:
 BENCH_PYTHON ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import matplotlib' 2>/dev/null && { echo $$p; exit; }; done; echo python3)
 
 bench: build
-	$(BENCH_PYTHON) bench/run.py
-	$(BENCH_PYTHON) bench/servers.py
-	$(BENCH_PYTHON) bench/readme_table.py
+	$(BENCH_PYTHON) bench/tools/run.py
+	$(BENCH_PYTHON) bench/servers/servers.py
+	$(BENCH_PYTHON) bench/tools/readme_table.py
 
 # fern-hook's benchmarks (docs/hooks.md): starts its own redis-server and
 # PostgreSQL, writes bench/results/hooks.{json,md}.
 bench-hooks: build
-	python3 bench/hooks.py --build-dir build/release
+	python3 bench/hooks/hooks.py --build-dir build/release
 
 format:
-	clang-format -i include/fern/*.h include/fern/*.hpp src/*.c src/*.h tests/*.cc tests/*.h tests/stress/*.cc examples/*.c examples/*.h bench/*.c
+	clang-format -i include/fern/*.h include/fern/*.hpp include/fern/cxx/*.hpp src/*.c src/*.h tests/*.h tests/*/test_*.cc tests/*/test_*/*.cc tests/*/test_*/*.h tests/stress/*.cc apps/memcached/tests/test_*.cc examples/*.c examples/*.h bench/fern/*.c bench/pthread/*.c bench/hooks/*.c
 
 lint:
 	cmake -S . -B build/lint $(GEN) -DCMAKE_EXPORT_COMPILE_COMMANDS=ON -DFERN_BUILD_BENCH=OFF

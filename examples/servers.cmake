@@ -14,8 +14,3 @@ foreach(e ${FERN_SERVER_EXAMPLES} http)
   target_compile_definitions(${e} PRIVATE _GNU_SOURCE)
   target_compile_options(${e} PRIVATE -Wall -Wextra -Werror)
 endforeach()
-
-# fern-memcached (examples/memcached/): built by default; its end-to-end
-# tests (memccapable, semantics, 10,000 connections) are registered here
-# because the tests/ directory is configured before examples/.
-include(${CMAKE_CURRENT_LIST_DIR}/memcached/memcached.cmake)

@@ -5,7 +5,7 @@
 //          every stack is new memory (glibc serves 512 KiB with mmap).
 //  pooled: N sequential create + join; after the first free glibc raises its
 //          mmap threshold and hands the same heap block back (already faulted).
-#include "../bench_common.h"
+#include "bench_common.h"
 
 #include <boost/fiber/all.hpp>
 #include <vector>

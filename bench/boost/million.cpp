@@ -4,7 +4,7 @@
 // main thread's scheduler. Stack: fixedsize_stack of 16 KiB (see the note
 // printed as `stack_kib`): the default 128 KiB malloc'd stack would be one
 // mmap per fiber.
-#include "../bench_common.h"
+#include "bench_common.h"
 
 #include <boost/fiber/all.hpp>
 

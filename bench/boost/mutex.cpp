@@ -2,7 +2,7 @@
 // mutex, Boost.Fiber: 8 fibers, 4 on each of 2 threads (round_robin, no
 // migration), each locks one boost::fibers::mutex, increments a shared
 // counter and unlocks, N times. ops per second = total / wall time.
-#include "../bench_common.h"
+#include "bench_common.h"
 
 #include <boost/fiber/all.hpp>
 

@@ -8,7 +8,7 @@
 //      2-core machine); the fibers are launched on one thread and the other
 //      may steal them.
 // Usage: boost_pingpong [N [W]].
-#include "../bench_common.h"
+#include "bench_common.h"
 
 #include <boost/fiber/all.hpp>
 

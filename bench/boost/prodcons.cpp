@@ -6,7 +6,7 @@
 //           power-of-2 capacity of at least 2 and keeps one slot free, so it
 //           holds at most one element: a capacity-1 channel.
 // ns per item; the consumer checks the sum.
-#include "../bench_common.h"
+#include "bench_common.h"
 
 #include <boost/fiber/all.hpp>
 

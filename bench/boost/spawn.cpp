@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // spawn, Boost.Fiber: construct + join trivial fibers in batches of 1000,
 // default stack allocator (fixedsize_stack, 128 KiB via malloc).
-#include "../bench_common.h"
+#include "bench_common.h"
 
 #include <boost/fiber/all.hpp>
 #include <vector>

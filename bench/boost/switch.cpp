@@ -4,7 +4,7 @@
 // fibers with 16 KiB fixedsize_stack (the default 128 KiB malloc per fiber
 // would measure the allocator). ns per yield call, from the moment every
 // fiber runs.
-#include "../bench_common.h"
+#include "bench_common.h"
 
 #include <errno.h>
 

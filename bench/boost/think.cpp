@@ -5,7 +5,7 @@
 // main stack. Default N = 10,000, not one million: every window's 1000
 // stacks (1 GiB) are freed together and glibc trims them back to the kernel,
 // so each fiber faults in its 225 pages again (~0.7 ms per fiber).
-#include "../bench_common.h"
+#include "bench_common.h"
 
 #include <boost/fiber/all.hpp>
 #include <vector>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // yield, Boost.Fiber: two fibers on one thread (round_robin scheduler)
 // alternate with boost::this_fiber::yield().
-#include "../bench_common.h"
+#include "bench_common.h"
 
 #include <boost/fiber/all.hpp>
 

@@ -77,6 +77,9 @@ void thread_entry(void *from, fern_thread *self) __attribute__((noreturn));
  * ("libunwind", or why the frame-pointer chain was walked instead). */
 unsigned arch_stack_walk(const void *saved, uintptr_t lo, uintptr_t hi, uintptr_t *pcs, unsigned max,
                          const char **how);
+/* Look up what the walk needs from the dynamic loader (libunwind), once,
+ * holding no fern lock (watch/backtrace.c: deadlock_prepare says why). */
+void arch_stack_walk_prepare(void);
 #endif
 
 #endif

@@ -138,10 +138,10 @@ static int io_poll_for(int64_t timeout_ns, bool owner)
     int ms = timeout_ns == FERN_FOREVER ? -1 : (int)((timeout_ns + 999999) / 1000000);
     int n = epoll_wait(IO.epfd, evs, 64, ms);
     int handled = 0;
-    /* On a worker, the threads the events wake join the tail of its ring
-     * in order, not its hand-off slot (sched/ready.c: wake_from): a batch must
-     * not push out the thread a timer or a wake put there, and is itself
-     * the queue when many threads wait on descriptors. From the monitor
+    /* On a worker, the threads the events wake go to its `soon` list in
+     * order, not its hand-off slot (sched/ready.c: ready_from): they run before
+     * the queued threads, within its streak bound, and a batch does not
+     * push out the thread a primitive's wake put there. From the monitor
      * (watch_poller), they go to their clusters' inboxes. */
     struct worker *self = n > 0 ? worker_self() : NULL;
     uint8_t was = self ? self->wake_from : WAKE_DIRECT;

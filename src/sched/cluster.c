@@ -75,11 +75,20 @@ void poll_rehome(void)
     full_fence();
     if (!io_active() || io_poll_owned())
         return;
+    wake_an_idle_cluster();
+}
+
+/* Wake an idle worker of the first cluster that has one, to take the
+ * poller; false if none is idle. rt.boot_lock held (the clusters stay
+ * linked): poll_rehome and the monitor's watch_poller. */
+bool wake_an_idle_cluster(void)
+{
     for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster)
         if (LOAD_RELAXED(&c->nidle)) {
             cluster_wake(c);
-            return;
+            return true;
         }
+    return false;
 }
 
 /* Stop and join c's workers and free it. Caller checked it is unused. */

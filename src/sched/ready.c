@@ -12,20 +12,20 @@
 
 static void ready_last(struct worker *w, fern_thread *t);
 
-/* t was woken by a timer that w fired (wake_from WAKE_TIMER): onto w's
- * `soon` list, which w serves before its hand-off slot and ring
- * (pick_next), so it does not wait behind the threads queued there. Or by
- * a descriptor event that w dispatched (WAKE_POLL): to the ring's tail
- * (ready_last), in the batch's order. Either way an idle worker, if one
- * is listed and none spins, is woken to share the work (it steals from
- * `soon` too: steal_some); not needed for correctness, w is awake and runs
- * both. Out of line: the hand-off path does not pay for it. */
+/* t was woken by a timer that w fired (wake_from WAKE_TIMER) or by a
+ * descriptor event that w dispatched (WAKE_POLL): onto w's `soon` list,
+ * which w serves before its hand-off slot and ring (pick_next), so it does
+ * not wait behind the threads queued there. A poll's whole batch goes
+ * there, in its order, not just its first thread: the rest would wait
+ * behind the ring as before, and the batch cannot starve the ring, as
+ * `soon` gives up every SOON_STREAK_MAX+1-th pick to `next` or the ring.
+ * Not the hand-off slot: each event would push the previous thread (and
+ * what a primitive's wake put there) to the ring's tail. An idle worker,
+ * if one is listed and none spins, is woken to share the work (it steals
+ * from `soon` too: steal_some); not needed for correctness, w is awake
+ * and runs both. Out of line: the hand-off path does not pay for it. */
 static __attribute__((noinline)) void ready_from(struct worker *w, fern_thread *t)
 {
-    if (w->wake_from == WAKE_POLL) {
-        ready_last(w, t);
-        return;
-    }
     tqueue_push(&w->soon, t);
     soon_rearm(w);
     struct fern_cluster *c = w->cluster;

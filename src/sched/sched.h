@@ -25,19 +25,19 @@
  *
  * Where a runnable thread can be:
  *   - w->soon     threads whose timer this worker fired (its own heap, or
- *                 another worker's: timers_help): taken before `next` and
- *                 the ring, so a sleeper does not wait behind the queue
+ *                 another worker's: timers_help), or that a descriptor
+ *                 event it dispatched woke (a poll's batch, in order):
+ *                 taken before `next` and the ring, so a sleeper or a
+ *                 reader does not wait behind the queue
  *                 (issue 30; Go runs such a goroutine next, `runnext`). At
  *                 most SOON_STREAK_MAX in a row while it stays non-empty,
  *                 then one pick goes to `next` or the ring, so neither
  *                 starves; there is no time slice to inherit, as each
  *                 pick's streak is bounded instead. A FIFO under its spin
  *                 lock: thieves (soon_steal) and the monitor's rescue take
- *                 from it too. Threads woken by descriptor events go to the
- *                 ring's tail in their batch's order, not to `next`, where
- *                 each would have pushed the previous one (and a sleeper
- *                 put there) to the tail: under load a poll's batch is
- *                 itself the queue, served first come first served.
+ *                 from it too. Not `next` for a poll's batch: each event
+ *                 would push the previous thread (and one a primitive
+ *                 handed off there) to the ring's tail.
  *   - w->next     the hand-off slot of the worker that woke it: a thread
  *                 woken by the running one runs next, so a ping-pong stays
  *                 on one core. NEXT_STREAK_MAX consecutive hand-offs at
@@ -241,6 +241,9 @@ void spares_reap(struct fern_cluster *c);
 /* A worker that held the poller stopped: wake an idle worker of some
  * cluster to take the role (rt.boot_lock held). */
 void poll_rehome(void);
+/* Wake an idle worker of the first cluster that has one (rt.boot_lock
+ * held); false if no cluster has an idle worker. */
+bool wake_an_idle_cluster(void);
 /* Move what waits on a stuck worker v (its ring, hand-off slot, and with
  * pinned_too its pinned threads) to its cluster's inbox; returns how many
  * threads moved. */

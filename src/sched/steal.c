@@ -308,7 +308,7 @@ fern_thread *find_work(struct worker *w)
             break;
         if (LOAD_RELAXED(&w->timers.n) && timers_run(w, fern_now_ns()))
             continue;
-        timers_help(w);
+        timers_help(w, 0);
         if ((t = pick_next(w, false, true, true)) != NULL)
             break;
         unsigned nw = LOAD(&c->nworkers);

@@ -59,15 +59,17 @@ static inline __attribute__((always_inline)) fern_thread *pick_next(struct worke
     fern_thread *t;
     uint32_t tick = ++w->tick;
     if (unlikely(tick % 61 == 0)) {
-        if (LOAD_RELAXED(&w->timers.n))
-            timers_run(w, fern_now_ns());
-        if (!w->alone)
-            timers_help(w);
+        timers_tick(w);
         if (tqueue_len(&w->soon)) {
             if (w->soon_streak < SOON_STREAK_MAX && (t = tqueue_pop(&w->soon)) != NULL) {
-                w->soon_streak++;
-                if (tqueue_len(&w->soon))
+                /* A burst ends when `soon` empties: the next one gets its
+                 * own SOON_STREAK_MAX. */
+                if (tqueue_len(&w->soon)) {
+                    w->soon_streak++;
                     soon_rearm(w);
+                } else {
+                    w->soon_streak = 0;
+                }
                 return t;
             }
             /* This pick is the hand-off slot's or the ring's; the next one
@@ -95,8 +97,11 @@ static inline __attribute__((always_inline)) fern_thread *pick_next(struct worke
         return t;
     if ((t = tqueue_pop(&w->pinned)) != NULL)
         return t;
-    if ((t = tqueue_pop(&w->soon)) != NULL) /* its streak was over */
+    if ((t = tqueue_pop(&w->soon)) != NULL) { /* its streak was over */
+        if (!tqueue_len(&w->soon))
+            w->soon_streak = 0;
         return t;
+    }
     if (LOAD_RELAXED(&w->next) && (t = __atomic_exchange_n(&w->next, NULL, __ATOMIC_ACQ_REL)))
         return t;
     return batch ? inbox_take(w) : inbox_pop(&w->cluster->inbox);

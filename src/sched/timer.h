@@ -34,8 +34,11 @@ void timers_free(struct worker *w);
  * timers: the sleepers go to the front of their cluster's inbox
  * (inbox.c: inbox_push_wake). */
 extern __thread bool fern_tls_firing_ __attribute__((tls_model("initial-exec"), visibility("hidden")));
-/* Fire the due timers of another worker of w's cluster (timer.c). */
-void timers_help(struct worker *w);
+/* Fire the due timers of another worker of w's cluster, `now` the caller's
+ * clock reading or 0 (timer.c). */
+void timers_help(struct worker *w, int64_t now);
+/* pick_next's every-61-ticks look at w's timers and another worker's. */
+void timers_tick(struct worker *w);
 
 
 /* Move every timer of `from` into `to`'s heap. */

@@ -94,8 +94,8 @@ struct worker {
     uint32_t *bias_busy;        /* bias_busy(bias_tag), kept: deriving it on
                                  * each operation made the condvar
                                  * producer/consumer 2.5 ns slower */
-    struct tqueue soon;         /* woken by a timer here: run before the
-                                 * ring (sched.h's opening, `soon`) */
+    struct tqueue soon;         /* woken by a timer or poll here: run before
+                                 * the ring (sched.h's opening, `soon`) */
     uint32_t soon_streak;       /* threads taken from `soon` in a row */
     uint32_t help_next;         /* whose timers timers_help looks at next */
     uint8_t wake_from;          /* WAKE_TIMER while firing timers, WAKE_POLL

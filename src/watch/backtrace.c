@@ -9,14 +9,9 @@
 #include "watch/backtrace.h"
 
 #include <dlfcn.h>
-#include <elf.h>
-#include <fcntl.h>
 #include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #define SYM_OBJS 16  /* objects mapped during one report */
 #define BT_FRAMES 32 /* frames printed per thread */
@@ -81,46 +76,30 @@ static int find_object(struct dl_phdr_info *info, size_t size, void *arg)
 
 /* Map the file and find its symbol table; a file that is not a readable
  * ELF of this process's class leaves syms NULL (the object still names
- * itself). Every offset is checked against the file's size. */
+ * itself). elf_sections checks every offset against the file's size. */
 static void sym_load(struct sym_obj *o)
 {
     o->map = NULL;
     o->syms = NULL;
-    int fd = o->path[0] ? open(o->path, O_RDONLY | O_CLOEXEC) : -1;
-    struct stat st;
-    if (fd < 0)
+    if (!o->path[0] || !(o->map = (void *)elf_map(o->path, &o->maplen)))
         return;
-    if (fstat(fd, &st) || (size_t)st.st_size < sizeof(ElfW(Ehdr))) {
-        close(fd);
-        return;
-    }
-    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (m == MAP_FAILED)
-        return;
-    o->map = m;
-    o->maplen = (size_t)st.st_size;
-    const unsigned char *b = m;
-    const ElfW(Ehdr) *eh = m;
-    if (memcmp(eh->e_ident, ELFMAG, SELFMAG) || eh->e_ident[EI_CLASS] != (__ELF_NATIVE_CLASS == 64 ? ELFCLASS64 : ELFCLASS32) ||
-        eh->e_shentsize != sizeof(ElfW(Shdr)) || eh->e_shoff > o->maplen ||
-        (o->maplen - eh->e_shoff) / sizeof(ElfW(Shdr)) < eh->e_shnum)
-        return;
-    const ElfW(Shdr) *sh = (const ElfW(Shdr) *)(b + eh->e_shoff);
+    unsigned n;
+    const ElfW(Shdr) *sh = elf_sections(o->map, o->maplen, &n);
     const ElfW(Shdr) *pick = NULL;
-    for (unsigned i = 0; i < eh->e_shnum; i++)
+    for (unsigned i = 0; sh && i < n; i++)
         if (sh[i].sh_type == SHT_SYMTAB || (sh[i].sh_type == SHT_DYNSYM && !pick))
             pick = &sh[i];
-    if (!pick || pick->sh_link >= eh->e_shnum)
+    if (!pick || pick->sh_link >= n || sh[pick->sh_link].sh_type != SHT_STRTAB)
         return;
+    const unsigned char *b = o->map;
     const ElfW(Shdr) *str = &sh[pick->sh_link];
-    if (pick->sh_offset > o->maplen || pick->sh_size > o->maplen - pick->sh_offset ||
-        str->sh_offset > o->maplen || str->sh_size > o->maplen - str->sh_offset)
-        return;
     o->syms = (const ElfW(Sym) *)(b + pick->sh_offset);
     o->nsyms = pick->sh_size / sizeof(ElfW(Sym));
     o->strs = (const char *)(b + str->sh_offset);
     o->strslen = str->sh_size;
+    /* Every name ends inside the table. */
+    if (!o->strslen || o->strs[o->strslen - 1])
+        o->syms = NULL;
 }
 
 static struct sym_obj *sym_object(uintptr_t addr)
@@ -137,8 +116,7 @@ static struct sym_obj *sym_object(uintptr_t addr)
     if (!o) {
         /* More objects than slots: reuse the last one. */
         o = &S.o[SYM_OBJS - 1];
-        if (o->map)
-            munmap(o->map, o->maplen);
+        elf_unmap(o->map, o->maplen);
     }
     *o = tmp;
     sym_load(o);
@@ -148,8 +126,7 @@ static struct sym_obj *sym_object(uintptr_t addr)
 void sym_release(void)
 {
     for (unsigned i = 0; i < S.n; i++)
-        if (S.o[i].map)
-            munmap(S.o[i].map, S.o[i].maplen);
+        elf_unmap(S.o[i].map, S.o[i].maplen);
     S.n = 0;
 }
 
@@ -173,23 +150,19 @@ static const char *sym_find(const struct sym_obj *o, uintptr_t a, uintptr_t *off
     return o->strs + best->st_name;
 }
 
-/* A C++ name demangled by the C++ runtime when the process has one
- * (__cxa_demangle, looked up, not linked), else as it is. *freeme gets
- * what to free. */
+/* __cxa_demangle when the process has a C++ runtime (looked up, not
+ * linked), set by deadlock_prepare. */
+static char *(*cxa_demangle)(const char *, char *, size_t *, int *);
+
+/* A C++ name demangled by the C++ runtime when the process has one, else
+ * as it is. *freeme gets what to free. */
 static const char *demangle(const char *name, char **freeme)
 {
-    static char *(*cxa)(const char *, char *, size_t *, int *);
-    static int tried;
     *freeme = NULL;
     if (strncmp(name, "_Z", 2))
         return name;
-    if (!tried) {
-        tried = 1;
-        cxa = (char *(*)(const char *, char *, size_t *, int *))dlsym(RTLD_DEFAULT,
-                                                                      "__cxa_demangle");
-    }
     int st = -1;
-    char *d = cxa ? cxa(name, NULL, NULL, &st) : NULL;
+    char *d = cxa_demangle ? cxa_demangle(name, NULL, NULL, &st) : NULL;
     if (!d || st)
         return name;
     *freeme = d;
@@ -209,12 +182,10 @@ static __attribute__((unused)) void sym_describe(char *buf, size_t len, uintptr_
         return;
     }
     uintptr_t off = 0;
+    /* No dladdr fallback: it takes the loader's lock (see
+     * deadlock_prepare), and it would only find .dynsym, which sym_find
+     * reads already when the file has no .symtab. */
     const char *name = sym_find(o, look_at - o->bias, &off);
-    Dl_info di;
-    if (!name && dladdr((void *)look_at, &di) && di.dli_sname) {
-        name = di.dli_sname;
-        off = look_at - (uintptr_t)di.dli_saddr;
-    }
     off += addr - look_at;
     const char *file = o->path[0] ? o->path : "?";
     char *freeme;
@@ -292,5 +263,29 @@ void print_backtrace(fern_thread *t)
 #else
     (void)t;
     fprintf(stderr, "    (no backtrace: parked stacks are walked on x86_64 only)\n");
+#endif
+}
+
+/* dlopen, dlsym and dladdr take glibc's loader lock (dl_load_lock), and
+ * dlopen holds it while it runs the new object's constructors. A report
+ * runs with rt.boot_lock held, and a constructor may call into fern
+ * (fern_init, fern_dump, fern_cluster_create), which takes rt.boot_lock:
+ * so nothing under rt.boot_lock may take the loader's lock. What the
+ * report needs from the loader (libunwind, __cxa_demangle) is therefore
+ * looked up here, once, by monitor_start, which holds no fern lock; the
+ * report itself uses only dl_iterate_phdr, which takes the loader's write
+ * lock (dl_load_write_lock), held by dlopen only while it links the new
+ * object into its list, never across a constructor. Before the monitor
+ * thread starts, so the monitor reads what this wrote. */
+void deadlock_prepare(void)
+{
+    static bool done;
+    if (done || config.deadlock == CONFIG_DEADLOCK_OFF)
+        return;
+    done = true;
+    cxa_demangle =
+        (char *(*)(const char *, char *, size_t *, int *))dlsym(RTLD_DEFAULT, "__cxa_demangle");
+#if ARCH_STACK_WALK
+    arch_stack_walk_prepare();
 #endif
 }

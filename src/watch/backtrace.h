@@ -6,7 +6,7 @@
 #ifndef FERN_WATCH_BACKTRACE_H
 #define FERN_WATCH_BACKTRACE_H
 
-#include "watch/watch.h"
+#include "watch/elf.h"
 
 /* A mutex as reported (its symbol and offset, and its address) into buf. */
 void mutex_name(char *buf, size_t len, const void *m);

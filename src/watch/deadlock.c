@@ -37,16 +37,16 @@
  * nothing can wake it and rt.boot_lock, held here, keeps fern_shutdown out,
  * so its stack is stable memory for the walk; it is checked to be parked
  * still just before. The walk (src/arch/x86_64/walk.c: arch_stack_walk):
- * libunwind (libunwind.so.8, opened with dlopen on the first report, not
- * linked: a dependency only where it is installed) from a context made of
- * the saved registers, which follows .eh_frame like a debugger; without it,
- * the saved frame-pointer chain, kept inside the thread's stack (complete
- * only for code built with frame pointers). x86_64 only: the aarch64 saved
- * frame is not described yet (ARCH_DEBUG_FRAME). Symbols (backtrace.c)
- * come from each object's own .symtab (the file, mapped for the report:
- * static functions and variables included), else .dynsym; every frame also
- * gets `object+0xoffset`, which addr2line -e object resolves to a source
- * line.
+ * libunwind (libunwind.so.8, opened with dlopen when the monitor starts,
+ * not linked: a dependency only where it is installed) from a context made
+ * of the saved registers, which follows .eh_frame like a debugger; without
+ * it, the saved frame-pointer chain, kept inside the thread's stack
+ * (complete only for code built with frame pointers). x86_64 only: the
+ * aarch64 saved frame is not described yet (ARCH_DEBUG_FRAME). Symbols
+ * (backtrace.c) come from each object's own .symtab (the file, mapped for
+ * the report: static functions and variables included), else .dynsym;
+ * every frame also gets `object+0xoffset`, which addr2line -e object
+ * resolves to a source line.
  *
  * FERN_DEADLOCK (runtime/config.c): report (the default), fatal (abort(3) after the
  * report, so a deadlocked service dies with a core instead of hanging), or

@@ -266,12 +266,8 @@ static void watch_poller(int64_t now)
     if (now - M.unowned_since < POLL_ORPHAN_NS)
         return;
     M.unowned_since = 0;
-    for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster)
-        if (LOAD_RELAXED(&c->nidle)) {
-            cluster_wake(c);
-            return;
-        }
-    io_poll_nonblocking();
+    if (!wake_an_idle_cluster())
+        io_poll_nonblocking();
 }
 
 /* One tick over every cluster (rt.boot_lock held: clusters stay linked).
@@ -341,6 +337,7 @@ int monitor_start(int64_t slice_ns, bool preempt)
     M.spares_started = 0;
     M.unowned_since = 0;
     deadlock_reset();
+    deadlock_prepare(); /* the loader's lock, not under rt.boot_lock */
     if (pthread_create(&M.th, NULL, monitor_main, NULL))
         return EAGAIN;
     M.started = true;

@@ -11,9 +11,8 @@
  * Slices are kept by the worker itself, in its CPU time, so neither a late
  * monitor nor a loaded machine changes what a thread is granted:
  *   - the handler stamps a slice's start when it sees a new switch count:
- *     the CPU time of the preemption that caused the switch
- *     (w->preempt.slice_next) or, after a voluntary switch, that of the
- *     tick itself;
+ *     the CPU time of the preemption that caused the switch (w->preempt.slice_next)
+ *     or, after a voluntary switch, that of the tick itself;
  *   - a slice is over when the thread has used P.slice_ns of CPU since;
  *     then, if other threads wait, it is preempted at that tick (granted:
  *     the slice rounded up to the kernel's tick);
@@ -193,8 +192,7 @@ HANDLER_UNINSTRUMENTED static void preempt_tick(struct worker *w, fern_thread *t
         /* After a voluntary switch the monitor may have seen this count
          * first (its ticks are finer than the kernel's): its reading of
          * the CPU time is the earlier start. */
-        if (!w->preempt.slice_next &&
-            __atomic_load_n(&w->mon.switches, __ATOMIC_ACQUIRE) == sw) {
+        if (!w->preempt.slice_next && __atomic_load_n(&w->mon.switches, __ATOMIC_ACQUIRE) == sw) {
             int64_t m = LOAD_RELAXED(&w->mon.cpu);
             if (m > 0 && m < start)
                 start = m;
@@ -284,8 +282,7 @@ HANDLER_UNINSTRUMENTED static void on_preempt(int sig, siginfo_t *si, void *ucv)
     if (!w || !LOAD_RELAXED(&P.on))
         goto out; /* a tick still in flight from a deleted timer */
     if (t == &w->g0 || !t->stack) {
-        /* idle path: the next thread starts afresh */
-        STORE_RELAXED(&w->preempt.slice_sw, SLICE_NONE);
+        STORE_RELAXED(&w->preempt.slice_sw, SLICE_NONE); /* idle path: the next thread starts afresh */
         w->preempt.slice_next = 0;
         goto out;
     }
@@ -362,8 +359,7 @@ void preempt_worker_stop(struct worker *w)
 #define BLOCKED_LOOKS 8
 bool preempt_blocked(struct worker *w, uint64_t switches)
 {
-    return LOAD_RELAXED(&w->preempt.defer_sw) == switches &&
-           LOAD_RELAXED(&w->preempt.defer_n) >= BLOCKED_LOOKS &&
+    return LOAD_RELAXED(&w->preempt.defer_sw) == switches && LOAD_RELAXED(&w->preempt.defer_n) >= BLOCKED_LOOKS &&
            LOAD_RELAXED(&w->preempt.defer_cpu) - LOAD_RELAXED(&w->preempt.defer_cpu0) >= P.slice_ns;
 }
 
@@ -371,8 +367,7 @@ int64_t preempt_slice_start(struct worker *w, uint64_t switches)
 {
     /* A hint (the pair is not written atomically): the handler that the
      * monitor's nudge runs decides with its own, exact values. */
-    return LOAD_RELAXED(&w->preempt.slice_sw) == switches ? LOAD_RELAXED(&w->preempt.slice_start)
-                                                          : 0;
+    return LOAD_RELAXED(&w->preempt.slice_sw) == switches ? LOAD_RELAXED(&w->preempt.slice_start) : 0;
 }
 
 void preempt_nudge(struct worker *w)

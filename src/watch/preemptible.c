@@ -107,44 +107,29 @@ static bool listed(const char *path)
  * file is checked to be the one the loader mapped (its program headers are
  * info's: under an explicit `ld.so prog`, /proc/self/exe is the loader).
  * Returns how many, or -1 if that cannot be read or there are more than
- * max (then nothing is known to be excluded). Raw system calls: with
- * fern-hook loaded, libc's open/read/close are its wrappers (task_sleeping
- * says why that matters). */
+ * max (then nothing is known to be excluded). elf.c reads it with raw
+ * system calls (fern-hook's wrappers are not for the monitor). */
 static int exe_excluded(const struct dl_phdr_info *info, struct code_range *out, int max)
 {
-    int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/exe", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
+    size_t len = 0;
+    const unsigned char *m = elf_map("/proc/self/exe", &len);
+    unsigned nsh;
+    const ElfW(Shdr) *sh = elf_sections(m, len, &nsh);
+    const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)m;
     int n = -1;
-    ElfW(Ehdr) eh;
-    ElfW(Shdr) *sh = NULL;
-    ElfW(Phdr) *ph = NULL;
-    char *names = NULL;
-    size_t phs = (size_t)info->dlpi_phnum * sizeof(ElfW(Phdr));
-    if (syscall(SYS_pread64, fd, &eh, sizeof eh, 0) != (long)sizeof eh ||
-        memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_phnum != info->dlpi_phnum ||
-        eh.e_phentsize != sizeof(ElfW(Phdr)) || eh.e_shentsize != sizeof(ElfW(Shdr)) ||
-        eh.e_shoff == 0 || eh.e_shnum == 0 || eh.e_shstrndx >= eh.e_shnum)
-        goto out; /* no section table (or an extended one, which only objects need) */
-    ph = malloc(phs);
-    sh = malloc((size_t)eh.e_shnum * sizeof *sh);
-    if (!ph || !sh ||
-        syscall(SYS_pread64, fd, ph, phs, (off_t)eh.e_phoff) != (long)phs ||
-        memcmp(ph, info->dlpi_phdr, phs) != 0 ||
-        syscall(SYS_pread64, fd, sh, (size_t)eh.e_shnum * sizeof *sh, (off_t)eh.e_shoff) !=
-            (long)(eh.e_shnum * sizeof *sh))
+    if (!sh || eh->e_phnum != info->dlpi_phnum ||
+        memcmp(m + eh->e_phoff, info->dlpi_phdr, (size_t)eh->e_phnum * sizeof(ElfW(Phdr))) != 0)
         goto out;
-    const ElfW(Shdr) *str = &sh[eh.e_shstrndx];
-    if (str->sh_size == 0 || str->sh_size > (64u << 20) || !(names = malloc(str->sh_size + 1)) ||
-        syscall(SYS_pread64, fd, names, (size_t)str->sh_size, (off_t)str->sh_offset) !=
-            (long)str->sh_size)
+    const ElfW(Shdr) *str = &sh[eh->e_shstrndx];
+    if (str->sh_type != SHT_STRTAB)
         goto out;
-    names[str->sh_size] = 0;
+    const char *names = (const char *)m + str->sh_offset;
+    size_t plen = strlen(NOPREEMPT_SECTION);
     n = 0;
-    for (unsigned i = 0; i < eh.e_shnum; i++) {
+    for (unsigned i = 0; i < nsh; i++) {
         if (!(sh[i].sh_flags & SHF_EXECINSTR) || sh[i].sh_size == 0 ||
-            sh[i].sh_name >= str->sh_size ||
-            strncmp(names + sh[i].sh_name, NOPREEMPT_SECTION, strlen(NOPREEMPT_SECTION)) != 0)
+            sh[i].sh_name >= str->sh_size || str->sh_size - sh[i].sh_name < plen ||
+            memcmp(names + sh[i].sh_name, NOPREEMPT_SECTION, plen) != 0)
             continue;
         if (n == max) { /* more than we can exclude: preempt none of it */
             n = -1;
@@ -155,10 +140,7 @@ static int exe_excluded(const struct dl_phdr_info *info, struct code_range *out,
         n++;
     }
 out:
-    free(names);
-    free(sh);
-    free(ph);
-    syscall(SYS_close, fd);
+    elf_unmap(m, len);
     return n;
 }
 
@@ -218,23 +200,24 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
         return 0;
     struct code_range ex[EXCLUDED_MAX];
     int nex = 0;
-    if (exe) {
-        /* fern's own code (and fern-hook's) must be excluded if it is here. */
-        /* Hidden symbols: their addresses are fern's code, never a PLT entry. */
-        uintptr_t self[] = {(uintptr_t)&preempt_init,
+    /* fern's own code (and fern-hook's) must be excluded if it is here:
+     * the executable or a listed library built with libfern.a. */
+    /* Hidden symbols: their addresses are fern's code, never a PLT entry. */
+    uintptr_t self[] = {(uintptr_t)&preempt_init,
 #if ARCH_PREEMPT
-                            (uintptr_t)&fern_preempt_tramp,
+                        (uintptr_t)&fern_preempt_tramp,
 #endif
-                            (uintptr_t)&preempt_yield};
-        bool fern_here = false, interp = false;
-        for (int i = 0; i < info->dlpi_phnum; i++) {
-            const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-            interp |= ph->p_type == PT_INTERP;
-            uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
-            if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X))
-                for (size_t k = 0; k < sizeof self / sizeof *self; k++)
-                    fern_here |= self[k] >= lo && self[k] < hi;
-        }
+                        (uintptr_t)&preempt_yield};
+    bool fern_here = false, interp = false;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        interp |= ph->p_type == PT_INTERP;
+        uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+        if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X))
+            for (size_t k = 0; k < sizeof self / sizeof *self; k++)
+                fern_here |= self[k] >= lo && self[k] < hi;
+    }
+    if (exe) {
         if (!interp) {
             /* No loader: a -static program, libc's code (malloc's, stdio's
              * locks) is the executable's. */
@@ -259,9 +242,15 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
             b->excluded += ex[i].hi - ex[i].lo;
         b->exe = EXE_PREEMPTED;
     } else {
-        size_t l = strlen(b->libs), add = strlen(base_name(name));
+        /* A listed library with fern inside is left alone, all of it (its
+         * fern_nopreempt sections are not looked for): fern_dump names it. */
+        const char *why = fern_here ? " (not preempted: fern is inside)" : "";
+        size_t l = strlen(b->libs), add = strlen(base_name(name)) + strlen(why);
         if (l + add + 2 < sizeof b->libs)
-            snprintf(b->libs + l, sizeof b->libs - l, "%s%s", l ? ", " : "", base_name(name));
+            snprintf(b->libs + l, sizeof b->libs - l, "%s%s%s", l ? ", " : "", base_name(name),
+                     why);
+        if (fern_here)
+            return 0;
     }
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];

@@ -6,7 +6,7 @@
 #ifndef FERN_WATCH_PREEMPTIBLE_H
 #define FERN_WATCH_PREEMPTIBLE_H
 
-#include "watch/watch.h"
+#include "watch/elf.h"
 
 struct code_range {
     uintptr_t lo, hi;

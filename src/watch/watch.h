@@ -8,6 +8,7 @@
  *   deadlock.c  the deadlock detector (its reports' symbols and
  *               backtraces: backtrace.c)
  *   preemptible.c  which code preemption may interrupt (preempt.c's table)
+ *   elf.c       a reader of ELF section tables for those two (elf.h)
  * parts.h holds watch/'s parts of struct worker.
  */
 #ifndef FERN_WATCH_H
@@ -49,6 +50,9 @@ bool task_sleeping(int tid);
 int64_t deadlock_watch(int64_t now, bool workers_busy);
 uint64_t deadlocks_reported(void);
 void deadlock_reset(void);
+/* What reports need from the dynamic loader, looked up once (no fern lock
+ * held: backtrace.c says why); monitor_start calls it. */
+void deadlock_prepare(void);
 /* io/blocking.c: helper kernel threads alive. */
 unsigned blocking_threads(void);
 /* debug/crash.c: its kernel threads (the dump-signal thread). */

@@ -3,7 +3,8 @@
 # Build the parser fuzz targets with clang (libFuzzer + ASan + UBSan) and run
 # each for a bounded time over its seed corpus: the HTTP parser
 # (examples/http_parser.c) and fern-memcached's ASCII and binary parsers
-# (examples/memcached/). Skips (exit 0) without clang or without libFuzzer's
+# (apps/memcached/; their targets, seeds and dictionary are in
+# apps/memcached/tests/fuzz/). Skips (exit 0) without clang or without libFuzzer's
 # runtime.
 #
 #   tests/fuzz/run.sh [SECONDS]        (per target; default 60; or $FUZZ_TIME)
@@ -49,8 +50,9 @@ fuzz() {
 
 fuzz http_parser_fuzz "$here/corpus" "$here/http.dict" 16384 \
     "$here/http_parser_fuzz.c" "$root/examples/http_parser.c"
-fuzz mc_ascii_parse_fuzz "$here/corpus_mc_ascii" "$here/mc_ascii.dict" 4096 \
-    "$here/mc_ascii_parse_fuzz.c" "$root/examples/memcached/ascii_parse.c"
-fuzz mc_binary_parse_fuzz "$here/corpus_mc_binary" "" 4096 \
-    "$here/mc_binary_parse_fuzz.c" "$root/examples/memcached/binary_parse.c"
+mc=$root/apps/memcached
+fuzz mc_ascii_parse_fuzz "$mc/tests/fuzz/corpus_mc_ascii" "$mc/tests/fuzz/mc_ascii.dict" 4096 \
+    "$mc/tests/fuzz/mc_ascii_parse_fuzz.c" "$mc/ascii_parse.c"
+fuzz mc_binary_parse_fuzz "$mc/tests/fuzz/corpus_mc_binary" "" 4096 \
+    "$mc/tests/fuzz/mc_binary_parse_fuzz.c" "$mc/binary_parse.c"
 echo "fuzz: ok"

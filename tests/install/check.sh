@@ -174,7 +174,7 @@ man_pages() {
 }
 check man-pages man_pages
 
-# fern-memcached (examples/memcached/) is installed with the library when the
+# fern-memcached (apps/memcached/) is installed with the library when the
 # examples are built (FERN_BUILD_EXAMPLES, on in `make build`): it runs from
 # the prefix without LD_LIBRARY_PATH, its --help and its man page describe
 # the same options, `man fern-memcached` finds the page, and it serves and

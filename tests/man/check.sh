@@ -124,7 +124,8 @@ for page in "$mandir"/*.3 "$man7"/*.7; do
 done
 
 # Section 7: fern-hook names every function it interposes, fern-cxx every
-# public class template or class of fern.hpp (outside fern::detail).
+# public class template or class of fern.hpp and of the parts it includes
+# (include/fern/cxx/*.hpp), outside fern::detail.
 for p in fern-hook fern-cxx; do
     [ -f "$man7/$p.7" ] || { echo "no page $p.7"; fail=1; }
 done
@@ -138,7 +139,8 @@ done
 cxxtext=$(MANWIDTH=200 man -l "$man7/fern-cxx.7" 2>/dev/null)
 classes=$(awk '/^namespace detail/ { d = 1 } /^} \/\/ namespace detail/ { d = 0; next }
     !d && match($0, /^(template <.*> )?(class|struct) [a-z_]+ \{/) {
-        s = substr($0, RSTART, RLENGTH); sub(/ \{$/, "", s); n = split(s, w, " "); print w[n] }' "$hpp" | sort -u)
+        s = substr($0, RSTART, RLENGTH); sub(/ \{$/, "", s); n = split(s, w, " "); print w[n] }' \
+    "$hpp" "${hpp%/*}"/cxx/*.hpp | sort -u)
 ncls=0
 for c in $classes; do
     ncls=$((ncls + 1))

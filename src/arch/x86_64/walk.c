@@ -3,7 +3,7 @@
  * x86_64: the return addresses of a parked green thread (arch.h:
  * arch_stack_walk), for the deadlock reports (watch/backtrace.c). Its
  * registers are in the frame fern_ctx_switch saved (ARCH_DEBUG_FRAME). With
- * libunwind (loaded with dlopen on the first report, not linked: a
+ * libunwind (loaded with dlopen when the monitor starts, not linked: a
  * dependency only where it is installed) the walk follows .eh_frame like a
  * debugger; without it, the saved frame-pointer chain, kept inside the
  * thread's stack (complete only for code built with frame pointers).
@@ -18,7 +18,6 @@
  * is a ucontext_t, a cursor 127 words, registers numbered as below). */
 enum { UNW_RBX = 3, UNW_RBP = 6, UNW_RSP = 7, UNW_RIP = 16 };
 static struct {
-    int tried;
     int (*init_local)(void *cursor, ucontext_t *uc);
     int (*step)(void *cursor);
     int (*get_reg)(void *cursor, int reg, uint64_t *val);
@@ -26,20 +25,16 @@ static struct {
 static uint64_t unw_cursor[256]; /* >= UNW_TDEP_CURSOR_LEN (127) words */
 static ucontext_t unw_uc;
 
-static bool unw_open(void)
+void arch_stack_walk_prepare(void)
 {
-    if (!U.tried) {
-        U.tried = 1;
-        void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
-        if (h) {
-            U.init_local = (int (*)(void *, ucontext_t *))dlsym(h, "_ULx86_64_init_local");
-            U.step = (int (*)(void *))dlsym(h, "_ULx86_64_step");
-            U.get_reg = (int (*)(void *, int, uint64_t *))dlsym(h, "_ULx86_64_get_reg");
-            if (!U.init_local || !U.step || !U.get_reg)
-                U.init_local = NULL;
-        }
+    void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+    if (h) {
+        U.init_local = (int (*)(void *, ucontext_t *))dlsym(h, "_ULx86_64_init_local");
+        U.step = (int (*)(void *))dlsym(h, "_ULx86_64_step");
+        U.get_reg = (int (*)(void *, int, uint64_t *))dlsym(h, "_ULx86_64_get_reg");
+        if (!U.init_local || !U.step || !U.get_reg)
+            U.init_local = NULL;
     }
-    return U.init_local != NULL;
 }
 
 unsigned arch_stack_walk(const void *saved, uintptr_t lo, uintptr_t hi, uintptr_t *pcs, unsigned max,
@@ -52,7 +47,7 @@ unsigned arch_stack_walk(const void *saved, uintptr_t lo, uintptr_t hi, uintptr_
     uint64_t rip = f[7], rbp = f[6];
     uintptr_t sp = (uintptr_t)f + 64;
     unsigned n = 0;
-    if (unw_open()) {
+    if (U.init_local) {
         *how = "libunwind";
         memset(&unw_uc, 0, sizeof unw_uc);
         greg_t *g = unw_uc.uc_mcontext.gregs;

@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""fern-hook benchmarks (docs/hooks.md): hook-sleep, hook-pg, hook-redis
+(green threads vs pthreads vs redis-benchmark -c 200, same run) and
+hook-plain (a pthread's pipe round trip with and without fern-hook).
+
+Starts its own redis-server and PostgreSQL on free 127.0.0.1 ports in temp
+directories (PostgreSQL as the `postgres` user when run as root) and stops
+them at the end. Runs are interleaved so a noisy machine hurts every side
+alike; writes results/hooks.json and results/hooks.md with the load average
+seen, so a shared machine is visible in the figures.
+
+usage: python3 bench/hooks/hooks.py [--build-dir build/rel] [--runs 5]
+"""
+import argparse, json, os, pwd, re, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # bench/
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def port_open(p):
+    try:
+        socket.create_connection(("127.0.0.1", p), timeout=0.2).close()
+        return True
+    except OSError:
+        return False
+
+
+class Server:
+    def __init__(self, argv, user=None, log=None):
+        pre = ["/usr/sbin/runuser", "-u", user, "--"] if user and os.geteuid() == 0 else []
+        self.log = open(log, "ab")
+        self.p = subprocess.Popen(pre + argv, stdout=self.log, stderr=self.log, start_new_session=True)
+
+    def stop(self, sig=signal.SIGTERM):
+        try:
+            os.killpg(self.p.pid, sig)
+            self.p.wait(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(self.p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.p.wait()
+
+
+def start_redis(tmp):
+    port = free_port()
+    s = Server(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                "--appendonly", "no", "--dir", tmp, "--maxclients", "10000"], log=tmp + "/redis.log")
+    for _ in range(200):
+        if port_open(port):
+            return s, port
+        time.sleep(0.05)
+    s.stop()
+    sys.exit("redis-server did not start:\n" + open(tmp + "/redis.log").read())
+
+
+def start_pg(tmp):
+    port = free_port()
+    d = tmp + "/pg"
+    os.mkdir(d)
+    user = "postgres" if os.geteuid() == 0 else pwd.getpwuid(os.geteuid()).pw_name
+    if os.geteuid() == 0:
+        pw = pwd.getpwnam(user)
+        os.chown(d, pw.pw_uid, pw.pw_gid)
+    vers = sorted(os.listdir("/usr/lib/postgresql"))
+    bindir = "/usr/lib/postgresql/%s/bin" % vers[-1]
+    pre = ["/usr/sbin/runuser", "-u", user, "--"] if os.geteuid() == 0 else []
+    log = d + "/log"
+    with open(log, "ab") as lf:
+        subprocess.check_call(pre + [bindir + "/initdb", "-D", d + "/data", "-A", "trust", "-U", user,
+                                     "--no-sync"], stdout=lf, stderr=lf)
+    s = Server([bindir + "/postgres", "-D", d + "/data", "-k", d, "-p", str(port), "-c",
+                "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "max_connections=300"],
+               user=user, log=log)
+    for _ in range(400):
+        if port_open(port) and "ready to accept" in open(log).read():
+            return s, "host=%s port=%d user=%s dbname=postgres" % (d, port, user)
+        time.sleep(0.05)
+    s.stop(signal.SIGINT)
+    sys.exit("postgres did not start:\n" + open(log).read())
+
+
+def run_json(argv, env=None):
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+    for line in out.stdout.splitlines():
+        if line.startswith("{"):
+            return json.loads(line)
+    sys.exit("%s failed (%d): %s %s" % (argv, out.returncode, out.stdout, out.stderr))
+
+
+def redis_benchmark(port, n):
+    out = subprocess.run(["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", "200", "-n", str(n),
+                          "-t", "set,get", "--csv", "-q"], capture_output=True, text=True, timeout=300).stdout
+    rps = [float(m.group(1)) for m in re.finditer(r'^"(?:SET|GET)","([\d.]+)"', out, re.M)]
+    if len(rps) != 2:
+        sys.exit("redis-benchmark output not understood:\n" + out)
+    return sum(rps) / 2
+
+
+def loadavg():
+    return float(open("/proc/loadavg").read().split()[0])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build-dir", default="build/release")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--redis-seconds", type=float, default=3)
+    ap.add_argument("--render", action="store_true", help="only rewrite results/hooks.md from results/hooks.json")
+    a = ap.parse_args()
+    if a.render:
+        with open(os.path.join(HERE, "results", "hooks.json")) as f:
+            write(json.load(f))
+        return
+    b = os.path.join(a.build_dir, "bench")
+    tmp = tempfile.mkdtemp(prefix="fern-hookbench-")
+    os.chmod(tmp, 0o755)
+    res = {"runs": a.runs, "cpus": os.cpu_count(), "load": [], "sleep": [], "pg": [], "redis_green": [],
+           "redis_pthread": [], "redis_benchmark": [], "plain_hooked": [], "plain_nohook": []}
+    redis = pg = None
+    try:
+        redis, rport = start_redis(tmp)
+        pg, conninfo = start_pg(tmp)
+        for r in range(a.runs):
+            res["load"].append(loadavg())
+            res["sleep"].append(run_json([b + "/hook_sleep"]))
+            res["pg"].append(run_json([b + "/hook_pg", conninfo]))
+            res["redis_green"].append(run_json([b + "/hook_redis", "green", str(rport), str(a.redis_seconds)]))
+            res["redis_pthread"].append(run_json([b + "/hook_redis", "pthread", str(rport), str(a.redis_seconds)]))
+            res["redis_benchmark"].append(redis_benchmark(rport, 200000))
+            res["plain_hooked"].append(run_json([b + "/hook_plain"]))
+            res["plain_nohook"].append(run_json([b + "/hook_plain_nohook"]))
+            print("run %d/%d done (load %.1f)" % (r + 1, a.runs, res["load"][-1]), flush=True)
+        res["load"].append(loadavg())
+    finally:
+        if redis:
+            redis.stop()
+        if pg:
+            pg.stop(signal.SIGINT)
+        shutil.rmtree(tmp, ignore_errors=True)
+    if shutil.which("valgrind"):
+        res["callgrind"] = {}
+        for name in ("hook_plain", "hook_plain_nohook"):
+            out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+                                  b + "/" + name, "100000"], capture_output=True, text=True).stderr
+            m = re.search(r"Collected : (\d+)", out)
+            res["callgrind"][name] = int(m.group(1)) if m else None
+    write(res)
+
+
+def med(xs):
+    return statistics.median(xs)
+
+
+def write(res):
+    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+    with open(os.path.join(HERE, "results", "hooks.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    s, p = res["sleep"], res["pg"]
+    rg = med([x["ops_per_s"] for x in res["redis_green"]])
+    rp = med([x["ops_per_s"] for x in res["redis_pthread"]])
+    rb = med(res["redis_benchmark"])
+    ph = med([x["ns_per_roundtrip"] for x in res["plain_hooked"]])
+    pn = med([x["ns_per_roundtrip"] for x in res["plain_nohook"]])
+    cg = res.get("callgrind", {})
+    lines = [
+        "# fern-hook benchmarks (bench/hooks/hooks.py)",
+        "",
+        "Median of %d interleaved runs on %d CPUs. Load average during the runs: %s (a load"
+        " above the CPU count means the machine was shared and noisy: lateness figures suffer"
+        " first)." % (res["runs"], res["cpus"], ", ".join("%.1f" % x for x in res["load"])),
+        "",
+        "| benchmark | figure | target |",
+        "|---|---|---|",
+        "| hook-sleep: 300 green threads, 1 worker, one 200 ms call each | wall %.3f s (max %.3f), ticker late %.1f ms median (min %.1f, max %.1f), errors %d | <= 0.5 s, late <= 5 ms |"
+        % (med([x["wall_s"] for x in s]), max(x["wall_s"] for x in s), med([x["ticker_late_max_ms"] for x in s]),
+           min(x["ticker_late_max_ms"] for x in s), max(x["ticker_late_max_ms"] for x in s),
+           sum(x["errors"] for x in s)),
+        "| hook-sleep: a plain pthread's 1 ms clock_nanosleep ticker in the same runs (the machine's own lateness) | late %.1f ms median (min %.1f, max %.1f) | |"
+        % (med([x.get("plain_ticker_late_max_ms", float("nan")) for x in s]),
+           min(x.get("plain_ticker_late_max_ms", float("nan")) for x in s),
+           max(x.get("plain_ticker_late_max_ms", float("nan")) for x in s)),
+        "| hook-pg: 40 green threads, 1 worker, SELECT pg_sleep(0.3) | wall %.3f s (max %.3f), ticker late %.1f ms median (max %.1f), errors %d | <= 1.2 s, late <= 10 ms |"
+        % (med([x["wall_s"] for x in p]), max(x["wall_s"] for x in p), med([x["ticker_late_max_ms"] for x in p]),
+           max(x["ticker_late_max_ms"] for x in p), sum(x["errors"] for x in p)),
+        "| hook-redis: 200 green threads, hiredis SET/GET | %.0f ops/s; ticker late %.1f ms median (max %.1f; plain pthread ticker, same runs: %.1f ms, max %.1f) | late <= 10 ms at worst |"
+        % (rg, med([x["ticker_late_max_ms"] for x in res["redis_green"]]),
+           max(x["ticker_late_max_ms"] for x in res["redis_green"]),
+           med([x.get("plain_ticker_late_max_ms", float("nan")) for x in res["redis_green"]]),
+           max(x.get("plain_ticker_late_max_ms", float("nan")) for x in res["redis_green"])),
+        "| hook-redis: 200 pthreads, same program | %.0f ops/s (green/pthread = %.2f) | green >= 1.0x |" % (rp, rg / rp),
+        "| hook-redis: redis-benchmark -c 200 (SET, GET mean) | %.0f ops/s (green/redis-benchmark = %.2f) | green >= 0.85x |" % (rb, rg / rb),
+        "| hook-plain: pthread pipe write+read, with fern-hook | %.1f ns | |" % ph,
+        "| hook-plain: same, without fern-hook | %.1f ns (hooked/plain = %.3f) | within 2%% |" % (pn, ph / pn),
+    ]
+    if cg.get("hook_plain") and cg.get("hook_plain_nohook"):
+        lines.append("| hook-plain under callgrind, 100k round trips (user-space instructions) | %d with, %d without (%+.1f%%) | |"
+                     % (cg["hook_plain"], cg["hook_plain_nohook"], 100.0 * (cg["hook_plain"] / cg["hook_plain_nohook"] - 1)))
+    with open(os.path.join(HERE, "results", "hooks.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
