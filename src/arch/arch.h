@@ -29,6 +29,8 @@
  *   ARCH_STACK_WALK      1 if <arch>/walk.c has arch_stack_walk (below): the
  *                        return addresses of a parked green thread, for
  *                        the deadlock reports; 0: they show no backtrace
+ *   ARCH_PREEMPT_STATIC  1 if a program linked with libfern.a may be
+ *                        preempted (watch/preemptible.c); 0: its code never is
  *   ARCH_PREEMPT         1 if <arch>/preempt.S has fern_preempt_tramp; the
  *                        arch header then also has arch_preempt_init()
  *                        (size the save area), arch_preempt_frame() (stack

@@ -224,6 +224,10 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
             b->exe = EXE_STATIC;
             return 0;
         }
+        if (fern_here && !ARCH_PREEMPT_STATIC) {
+            b->exe = EXE_FERN_INSIDE; /* arch.h: ARCH_PREEMPT_STATIC */
+            return 0;
+        }
         nex = exe_excluded(info, ex, EXCLUDED_MAX);
         if (nex < 0) {
             b->exe = fern_here ? EXE_FERN_INSIDE : EXE_UNREADABLE;

@@ -76,6 +76,7 @@ static inline void *ctx_init(char *top, fern_thread *self)
 
 /* ---- preemption (watch/preempt.c, x86_64/preempt.S) ---- */
 #define ARCH_PREEMPT 1
+#define ARCH_PREEMPT_STATIC 1
 
 /* Sized here, read by the trampoline (defined in preempt.S). */
 extern uint32_t fern_preempt_xsave_size __attribute__((visibility("hidden")));
