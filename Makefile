@@ -97,11 +97,11 @@ bench-hooks: build
 	python3 bench/hooks/hooks.py --build-dir build/release
 
 format:
-	clang-format -i include/fern/*.h include/fern/*.hpp include/fern/cxx/*.hpp src/*.c src/*.h tests/*.h tests/*/test_*.cc tests/*/test_*/*.cc tests/*/test_*/*.h tests/stress/*.cc apps/memcached/tests/test_*.cc examples/*.c examples/*.h bench/fern/*.c bench/pthread/*.c bench/hooks/*.c
+	clang-format -i include/fern/*.h include/fern/*.hpp include/fern/cxx/*.hpp $$(find src -name "*.[ch]") tests/*.h tests/*/test_*.cc tests/*/test_*/*.cc tests/*/test_*/*.h tests/stress/*.cc apps/memcached/tests/test_*.cc examples/*.c examples/*.h bench/fern/*.c bench/pthread/*.c bench/hooks/*.c
 
 lint:
 	cmake -S . -B build/lint $(GEN) -DCMAKE_EXPORT_COMPILE_COMMANDS=ON -DFERN_BUILD_BENCH=OFF
-	clang-tidy -p build/lint --quiet src/*.c
+	clang-tidy -p build/lint --quiet $$(find src -name "*.c")
 
 clean:
 	rm -rf build
