@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// DESIGN invariant 6: unwinders stop at the thread entry. From inside a
+// Invariant 6 (docs/design.md): unwinders stop at the thread entry. From inside a
 // green thread, libgcc's unwinder (the one C++ exceptions use), libunwind
 // and glibc's backtrace() walk up to fern_ctx_entry and end there cleanly:
 // no error, no frame past the green stack's bottom.

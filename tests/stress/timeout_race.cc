@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Linearity of the timeout race (DESIGN invariant 2, "wake exactly once"):
+// Linearity of the timeout race (invariant 2 of docs/design.md, "wake exactly once"):
 // many iterations in which a timed wait's deadline expires at about the same
 // moment another thread completes it. Per primitive:
 //  - chan (unbuffered and buffered): timedrecv vs a send. Either the recv got
