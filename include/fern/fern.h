@@ -768,6 +768,35 @@ int fern_stats(struct fern_stats *s);
  * with errno EINVAL if f is NULL or the runtime is not running. */
 int fern_dump(FILE *f);
 
+/* Start recording a timeline of every green thread, for Perfetto
+ * (ui.perfetto.dev) or chrome://tracing, and for the fern-trace(1) summary:
+ * each run of a thread on a worker, why it stopped (yield, park and on
+ * what, preemption, exit), who woke or spawned it, steals, migrations,
+ * poller wake-ups, fern_blocking jobs and the monitor's spares. `path` is
+ * the file to write (Chrome trace-event JSON, created or truncated; a
+ * writer thread fills it as the program runs), or "ring" (or "ring:DIR")
+ * for the flight recorder: only the last events of each worker are kept in
+ * memory, and fern_dump (so the dump signal), a deadlock report and a crash
+ * report write them to DIR/fern-ring.PID.N.json (DIR defaults to the
+ * current directory). Recording costs no lock and no system call on a
+ * worker; a worker whose buffer is full drops events and counts them (see
+ * docs/debugging.md, and $FERN_TRACE, $FERN_TRACE_EVENTS there). The runtime
+ * need not be running: workers record from their first switch. Returns 0;
+ * EINVAL if path is NULL, empty or too long; EBUSY if a session (this call's
+ * or $FERN_TRACE's) is already recording; ENOMEM; or the error of opening
+ * the file (ENOENT, EACCES, ...) or the flight recorder's directory
+ * (ENOTDIR, ...). */
+int fern_trace_start(const char *path);
+
+/* Stop the session fern_trace_start (or $FERN_TRACE) began: the writer
+ * drains every buffer, closes the slices still open and completes the file;
+ * the flight recorder's events are discarded. A program that exits without
+ * calling it still gets a complete file (an atexit handler stops the
+ * session), and so does fern_shutdown. Returns 0; EINVAL if no session
+ * records; or the first error writing the file (ENOSPC, EIO, ...: the
+ * file then ends early, and a line on stderr says so). */
+int fern_trace_stop(void);
+
 #ifdef __cplusplus
 }
 #endif

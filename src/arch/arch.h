@@ -9,6 +9,8 @@
  *   prefetch(p)          start loading p's cache line; never elided
  *   full_fence()         order every earlier load and store before every
  *                        later one (StoreLoad included)
+ *   arch_cycles()        a cheap counter of ticks (x86 rdtsc, Arm cntvct_el0)
+ *                        for the tracer's timestamps (debug/trace.c)
  *   ARCH_TLS_LOAD(var)   read an initial-exec __thread pointer variable
  *                        with a volatile asm that also clobbers memory, so
  *                        the read is redone at each use and never moved

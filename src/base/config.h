@@ -26,6 +26,8 @@ struct config {
     int preempt_signal;        /* $FERN_PREEMPT_SIGNAL */
     char preempt_libs[1024];   /* fern_config.preempt_libs, $FERN_PREEMPT_LIBS: checked */
     int deadlock;              /* $FERN_DEADLOCK: CONFIG_DEADLOCK_* */
+    char trace[4096];          /* $FERN_TRACE: a file, "ring" or "ring:DIR"; "" off */
+    uint32_t trace_events;     /* $FERN_TRACE_EVENTS: slots per buffer, 0 the default */
 };
 /* FERN_DEADLOCK's values, in its accepted order (watch/deadlock.c). */
 enum { CONFIG_DEADLOCK_REPORT, CONFIG_DEADLOCK_FATAL, CONFIG_DEADLOCK_OFF };

@@ -190,6 +190,7 @@ int fern_dump(FILE *f)
             (unsigned long long)s.threads_live, s.clusters, s.workers,
             (unsigned long long)s.stacks_mapped, (unsigned long long)s.stacks_in_use);
     preempt_dump(f);
+    trace_report(f);
     sched_dump_clusters(f);
     int n = threads_dump(f);
     fflush(f);

@@ -5,6 +5,8 @@
  *               per-worker signal stacks
  *   crash.c     the crash report and the dump-signal thread
  *   debugmap.c  the layout a debugger reads (the gdb extension, gdb/)
+ *   trace.c     the tracer: sessions, the JSON writer, the flight recorder
+ *               (its event points: sched/trace.h; its buffers: base/trace.h)
  * The USDT probes are fired from the layers below: base/probes.h.
  */
 #ifndef FERN_DEBUG_H
@@ -33,5 +35,15 @@ void crash_stop(void);
 
 /* FERN_DUMP_SIGNAL's syntax (crash.c): the signal, 0 for none, -1 invalid. */
 int crash_signal_parse(const char *s);
+
+/* trace.c: fern_init starts $FERN_TRACE's session (returns 0 or why it
+ * cannot: the file's errno); fern_shutdown ends it and frees the buffers
+ * once the workers are stopped; a line about the session on f (fern_dump,
+ * deadlock reports: the flight recorder writes its dump then); the crash
+ * report's dump (async-signal-safe). trace_threads is in watch/watch.h. */
+int trace_init(void);
+void trace_fini(void);
+void trace_report(FILE *f);
+void trace_ring_crash(void);
 
 #endif

@@ -15,6 +15,7 @@
  * matters), the wait notes relaxed (fern_dump).
  */
 #include "io/io.h"
+#include "sched/trace.h"
 
 #include <stdio.h>
 #include <time.h>
@@ -65,9 +66,16 @@ static void *helper_main(void *arg)
             BP.tail = NULL;
         pthread_mutex_unlock(&BP.mu);
         errno = 0;
+        uint64_t caller = 0;
+        if (unlikely(LOAD_RELAXED(&trace_on))) {
+            caller = j->wt.own.thread ? j->wt.own.thread->id : 0;
+            trace_event(NULL, TR_BLOCK_BEGIN, caller, (uintptr_t)j->fn, 0);
+        }
         j->result = j->fn(j->arg);
         j->err = errno;
-        waiter_wake(&j->wt);
+        waiter_wake(&j->wt); /* j may be gone from here on */
+        if (caller)
+            TRACE(trace_event(NULL, TR_BLOCK_END, caller, 0, 0));
         pthread_mutex_lock(&BP.mu);
     }
 out:

@@ -22,6 +22,7 @@
  * the count. ctls: relaxed, a statistic.
  */
 #include "io.h"
+#include "sched/trace.h"
 
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -153,6 +154,8 @@ static int io_poll_for(int64_t timeout_ns, bool owner)
     }
     if (self)
         self->wake_from = was;
+    if (n > 0)
+        TRACE(trace_event(self, TR_POLL, (uint64_t)handled, timeout_ns != 0, 0));
     return handled;
 }
 

@@ -245,6 +245,28 @@ int config_load(const fern_config *cfg, struct config *out)
         strcpy(n.preempt_libs, libs);
     }
 
+    /* Tracing (debug/trace.c, docs/debugging.md). The file is opened by
+     * fern_init (trace_init), which reports one that cannot be. */
+    const char *tr = env("FERN_TRACE");
+    if (tr) {
+        if (strlen(tr) >= sizeof n.trace || !strcmp(tr, "ring:"))
+            return invalid("FERN_TRACE", tr,
+                           "a file to write the trace to, ring (the flight recorder, dumps in the "
+                           "current directory) or ring:DIR, at most 4095 bytes");
+        strcpy(n.trace, tr);
+    }
+    v = 0;
+    if ((r = env_count("FERN_TRACE_EVENTS", 1024, 16777216,
+                       "a power of two from 1024 to 16777216 (events per worker's buffer; "
+                       "default 65536, 16384 for FERN_TRACE=ring)",
+                       &v)))
+        return r;
+    if (v & (v - 1))
+        return invalid("FERN_TRACE_EVENTS", env("FERN_TRACE_EVENTS"),
+                       "a power of two from 1024 to 16777216 (events per worker's buffer; "
+                       "default 65536, 16384 for FERN_TRACE=ring)");
+    n.trace_events = (uint32_t)v;
+
     *out = n;
     return 0;
 }

@@ -53,6 +53,13 @@ static int runtime_init(const fern_config *cfg, const char *implicit_by)
         crash_stop();
         return r;
     }
+    /* $FERN_TRACE, before the workers: they record from their first switch. */
+    if ((r = trace_init())) {
+        crash_stop();
+        io_fini();
+        stack_fini();
+        return r;
+    }
     /* Before the workers start: each arms its own preemption tick. */
     r = c.preempt ? preempt_init(c.slice_ns) : 0;
     struct fern_cluster *d = NULL;
@@ -113,6 +120,7 @@ int fern_shutdown(void)
             break;
         cluster_stop(c);
     }
+    trace_fini(); /* after the workers, before the descriptors: it reads their names */
     preempt_fini(); /* after the workers: their handlers read its table */
     blocking_fini();
     uint64_t abandoned = 0;

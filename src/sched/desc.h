@@ -59,6 +59,8 @@ struct fern_thread {
     uint64_t id;
     char name[32];
     uint8_t wait_timed;         /* the park has a deadline (watch/deadlock.c) */
+    uint32_t trace_flow;        /* debug/trace.c: the flow its waker (or spawner)
+                                 * started, ended by its next run; 0 none */
 #ifdef FERN_ASAN
     void *asan_fake;
 #endif
@@ -69,6 +71,9 @@ struct fern_thread {
 #endif
 } __attribute__((aligned(64)));
 _Static_assert(offsetof(struct fern_thread, fn) == 64, "a switch's fields fill the first line");
+#if !defined(FERN_ASAN) && !defined(FERN_TSAN)
+_Static_assert(sizeof(struct fern_thread) == 192, "three cache lines");
+#endif
 
 /* Descriptors are allocated in chunks that live until shutdown; the list
  * of chunks (rt.chunks) is the registry of all threads (see debug/debugmap.c). */

@@ -8,6 +8,7 @@
  */
 #include "sched/sched.h"
 #include "sched/switch.h"
+#include "sched/trace.h"
 #include "base/probes.h"
 
 static void ready_last(struct worker *w, fern_thread *t);
@@ -33,10 +34,8 @@ static __attribute__((noinline)) void ready_from(struct worker *w, fern_thread *
         cluster_wake(c);
 }
 
-void sched_ready(fern_thread *t)
+static inline __attribute__((always_inline)) void ready(struct worker *w, fern_thread *t)
 {
-    struct worker *w = worker_self();
-    PROBE1(wake, t->id);
     if (w && w->cluster == t->cluster) {
         if (unlikely(w->wake_from)) {
             ready_from(w, t);
@@ -69,6 +68,26 @@ void sched_ready(fern_thread *t)
     inbox_push_wake(t->cluster, t);
 }
 
+/* sched_ready while a trace records: the event, then the same body. Apart,
+ * so that the event point costs sched_ready a test and a tail jump, not a
+ * stack frame. */
+static __attribute__((noinline)) void ready_traced(struct worker *w, fern_thread *t)
+{
+    trace_wake(w, t, false);
+    ready(w, t);
+}
+
+void sched_ready(fern_thread *t)
+{
+    struct worker *w = worker_self();
+    PROBE1(wake, t->id);
+    if (unlikely(LOAD_RELAXED(&trace_on))) {
+        ready_traced(w, t);
+        return;
+    }
+    ready(w, t);
+}
+
 /* Queue t behind the threads already queued on w (its ring, waking an idle
  * worker to share the work) if w runs t's cluster, else on the cluster's
  * inbox. */
@@ -87,9 +106,19 @@ static void ready_last(struct worker *w, fern_thread *t)
 /* t is runnable again, after the threads already queued here (not in the
  * hand-off slot): for a joiner woken by an exit, which would otherwise run
  * next only to wait for the following thread. */
+static __attribute__((noinline)) void ready_tail_traced(fern_thread *t)
+{
+    trace_wake(worker_self(), t, true);
+    ready_last(worker_self(), t);
+}
+
 void sched_ready_tail(fern_thread *t)
 {
     PROBE1(wake, t->id);
+    if (unlikely(LOAD_RELAXED(&trace_on))) { /* apart: as ready_traced */
+        ready_tail_traced(t);
+        return;
+    }
     ready_last(worker_self(), t);
 }
 
@@ -98,9 +127,8 @@ void sched_ready_tail(fern_thread *t)
  * cluster, in that worker's counts and onto its ring (or, from the idle
  * context, the inbox); else onto the cluster's inbox, counted in live_ext
  * by the push. */
-void sched_spawned(fern_thread *t)
+static inline __attribute__((always_inline)) void spawned(struct worker *w, fern_thread *t)
 {
-    struct worker *w = worker_self();
     struct fern_cluster *c = t->cluster;
     if (unlikely(!w || w->cluster != c)) {
         ADD_RELAXED(&rt.spawned_ext, 1);
@@ -110,4 +138,20 @@ void sched_spawned(fern_thread *t)
     COUNT(&w->n_spawned, 1);
     COUNT(&w->live_delta, 1);
     ready_last(w->cur != &w->g0 ? w : NULL, t);
+}
+
+static __attribute__((noinline)) void spawned_traced(struct worker *w, fern_thread *t)
+{
+    trace_spawn(w, t);
+    spawned(w, t);
+}
+
+void sched_spawned(fern_thread *t)
+{
+    struct worker *w = worker_self();
+    if (unlikely(LOAD_RELAXED(&trace_on))) { /* apart: as ready_traced */
+        spawned_traced(w, t);
+        return;
+    }
+    spawned(w, t);
 }

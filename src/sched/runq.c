@@ -4,6 +4,7 @@
  * making a one-worker ring shared (the monitor), stealing half a ring.
  */
 #include "sched/sched.h"
+#include "sched/trace.h"
 #include "base/probes.h"
 
 /* Move half of a full ring plus t to the inbox, so a burst of spawns does not
@@ -70,6 +71,7 @@ fern_thread *runq_steal(struct worker *w, struct worker *v, uint32_t max, uint32
             STORE(&w->rq_tail, mytail + n);
         STORE_RELAXED(&w->n_steals, w->n_steals + 1);
         PROBE3(steal, t->id, w->index, v->index);
+        TRACE(trace_event(w, TR_STEAL, *got, trace_track(v), t->id));
         return t;
     }
 }

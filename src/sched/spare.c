@@ -11,6 +11,7 @@
  * what waits on a worker asleep in the kernel to its cluster's inbox.
  */
 #include "sched/sched.h"
+#include "sched/trace.h"
 
 /* Start a compensation worker in c: a dormant slot's, or a new one while
  * there is room. Called by the monitor with rt.boot_lock held (so c is not
@@ -46,6 +47,7 @@ int spare_start(struct fern_cluster *c, bool rescue)
         STORE(&w->spare, SPARE_DORMANT);
         return EAGAIN;
     }
+    TRACE(trace_event(NULL, TR_SPARE_START, w->index, (uintptr_t)c, rescue));
     return 0;
 }
 
@@ -144,5 +146,6 @@ unsigned rescue_worker(struct worker *v, bool pinned_too)
         spin_unlock(&q->lock);
     }
     cluster_wake(v->cluster);
+    TRACE(trace_event(NULL, TR_RESCUE, trace_track(v), n + npinned + nsoon, 0));
     return n + npinned + nsoon;
 }

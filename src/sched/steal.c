@@ -5,6 +5,7 @@
  * timers and the poller, spinning a while before sleeping (idle.c).
  */
 #include "sched/sched.h"
+#include "sched/trace.h"
 #include "sched/switch.h"
 #include "base/probes.h"
 
@@ -149,6 +150,7 @@ static fern_thread *soon_steal(struct worker *w, struct worker *v, uint32_t *got
     }
     STORE_RELAXED(&w->n_steals, w->n_steals + 1);
     PROBE3(steal, head->id, w->index, v->index);
+    TRACE(trace_event(w, TR_STEAL, *got, trace_track(v), head->id));
     return head;
 }
 

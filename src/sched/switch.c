@@ -21,6 +21,7 @@
  */
 #include "sched/sched.h"
 #include "sched/switch.h"
+#include "sched/trace.h"
 #include "base/probes.h"
 
 #include <sched.h>
@@ -59,14 +60,11 @@ static inline void canary_check(fern_thread *t, struct stack *s)
         overflow_report(t, s->lo);
 }
 
-/* Make next w's running thread: its C++ exception state, state, counters,
- * and (TSan) its fiber. The caller has saved what the old thread keeps. */
+/* Make next w's running thread: its state, counters and (TSan) its fiber.
+ * The caller has saved what the old thread keeps and swapped in next's C++
+ * exception state. */
 static inline void enter_thread(struct worker *w, fern_thread *next)
 {
-    if (w->eh) {
-        w->eh[0] = next->eh[0];
-        w->eh[1] = next->eh[1];
-    }
     STORE_RELAXED(&w->cur, next); /* read by the monitor */
     STORE_RELAXED(&next->run_state, T_RUNNING);
     STORE_RELAXED(&w->n_switches, w->n_switches + 1);
@@ -79,12 +77,23 @@ static void switch_to(struct worker *w, fern_thread *cur, fern_thread *next, boo
 {
     canary_check(cur, cur->stack);
     cur->saved_errno = *w->errno_loc;
-    if (w->eh) {
-        cur->eh[0] = w->eh[0];
-        cur->eh[1] = w->eh[1];
+    /* One test for both halves of the swap: the tracer's event point below
+     * costs about what a second test of w->eh did. */
+    uintptr_t *eh = w->eh;
+    if (eh) {
+        cur->eh[0] = eh[0];
+        cur->eh[1] = eh[1];
+        eh[0] = next->eh[0];
+        eh[1] = next->eh[1];
     }
     PROBE2(switch, cur->id, next->id);
     enter_thread(w, next);
+    /* After enter_thread, and handing back next's sp: nothing but cur (in a
+     * callee-saved register anyway) is live across the call, so the event
+     * point costs the switch no stack frame. */
+    void *sp = next->sp;
+    if (unlikely(LOAD_RELAXED(&trace_on)))
+        sp = trace_switch(w, cur, next);
 #ifdef FERN_ASAN
     if (next == &w->g0)
         __sanitizer_start_switch_fiber(dying ? NULL : &cur->asan_fake, w->g0_lo, w->g0_size);
@@ -92,7 +101,7 @@ static void switch_to(struct worker *w, fern_thread *cur, fern_thread *next, boo
         __sanitizer_start_switch_fiber(dying ? NULL : &cur->asan_fake, next->stack->lo,
                                        next->stack->size);
 #endif
-    fern_ctx_switch(&cur->sp, next->sp, NULL);
+    fern_ctx_switch(&cur->sp, sp, NULL);
 #ifdef FERN_ASAN
     {
         const void *ob;
@@ -159,7 +168,12 @@ static void sched_relay(struct worker *w, fern_thread *cur, fern_thread *next, a
     STORE_RELAXED(&next->stack, s);
     /* Before fn: under TSan, fn may free cur and with it cur's fiber. */
     PROBE2(switch, cur->id, next->id);
+    if (w->eh) {
+        w->eh[0] = next->eh[0];
+        w->eh[1] = next->eh[1];
+    }
     enter_thread(w, next);
+    TRACE(trace_switch(w, cur, next));
     fn(w, cur, arg); /* cur may be freed from here on */
 #ifdef FERN_ASAN
     __sanitizer_start_switch_fiber(NULL, s->lo, s->size);
@@ -268,6 +282,7 @@ void sched_yield_pinned(struct worker *w)
         w->start = next;
         next = &w->g0;
     }
+    TRACE(trace_event(w, TR_PREEMPT, cur->id, 0, 0));
     w->after = after_pin;
     w->after_prev = cur;
     w->after_arg = front ? cur : NULL;
@@ -296,6 +311,7 @@ int fern_migrate(fern_cluster *c)
     /* Per worker: a shared counter cost every migration a contended
      * cache line. */
     COUNT(&w->n_migrations, 1);
+    TRACE(trace_event(w, TR_MIGRATE, self->id, (uintptr_t)c, 0));
     park(after_migrate, c, true);
     return 0;
 }

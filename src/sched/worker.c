@@ -5,6 +5,7 @@
  * it found) and its teardown.
  */
 #include "sched/sched.h"
+#include "sched/trace.h"
 #include "sched/switch.h"
 
 #ifdef FERN_ASAN
@@ -59,6 +60,8 @@ static void *worker_main(void *arg)
         switch_from_g0(w, t);
     }
     run_after(w);
+    if (w->spare)
+        TRACE(trace_event(w, TR_SPARE_END, trace_track(w), 0, 0));
     stack_cache_flush(w);
     preempt_worker_stop(w);
     altstack_free(w);

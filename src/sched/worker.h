@@ -28,6 +28,7 @@
 
 #include "base/base.h"
 #include "base/config.h"
+#include "base/trace.h"
 #include "sched/desc.h"
 #include "sched/idle.h"
 #include "sched/steal.h"
@@ -138,6 +139,8 @@ struct worker {
     struct tqueue pinned;
     /* a compensation worker (watch/monitor.c): SPARE_* state, 0 for base workers */
     uint32_t spare;
+    struct trace_buf *trace;    /* debug/trace.c: its event buffer, once a
+                                 * session has run (kept until shutdown) */
 #ifdef FERN_ASAN
     const void *g0_lo;          /* the kernel thread's stack, for ASan switches */
     size_t g0_size;

@@ -160,6 +160,7 @@ static bool read_word(const void *addr, void **out)
 static void report_done(const char *keeps_running)
 {
     sym_release();
+    trace_report(stderr);
     if (config.deadlock == CONFIG_DEADLOCK_FATAL) {
         fprintf(stderr, "fern: deadlock is fatal (FERN_DEADLOCK=fatal): aborting\n");
         fflush(stderr);
@@ -312,7 +313,7 @@ static unsigned task_count(void)
 /* fern's own kernel threads plus callers blocked in fern_run. */
 static unsigned fern_task_count(void)
 {
-    unsigned n = 1 + crash_threads() + blocking_threads() + LOAD(&rt.run_waiters);
+    unsigned n = 1 + crash_threads() + trace_threads() + blocking_threads() + LOAD(&rt.run_waiters);
     for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster)
         for (unsigned i = 0; i < c->nworkers; i++)
             n += i < c->nbase || LOAD(&c->workers[i]->spare) != SPARE_DORMANT;

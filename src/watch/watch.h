@@ -57,5 +57,9 @@ void deadlock_prepare(void);
 unsigned blocking_threads(void);
 /* debug/crash.c: its kernel threads (the dump-signal thread). */
 unsigned crash_threads(void);
+/* debug/trace.c: its kernel threads (the trace writer); and, after a
+ * deadlock report, the flight recorder's dump and its line on f. */
+unsigned trace_threads(void);
+void trace_report(FILE *f);
 
 #endif

@@ -30,6 +30,15 @@ static inline __attribute__((always_inline)) void prefetch_w(const void *p)
  * an earlier store is visible to other cores. */
 static inline void full_fence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
+/* The generic timer's virtual count: constant-rate by the architecture's
+ * definition, readable at EL0 on Linux (the tracer's clock, base/trace.h). */
+static inline uint64_t arch_cycles(void)
+{
+    uint64_t v;
+    __asm__ volatile("isb; mrs %0, cntvct_el0" : "=r"(v) : : "memory");
+    return v;
+}
+
 /* Four instructions: the thread pointer, the variable's offset from the
  * GOT (page, then offset), and the load. */
 #define ARCH_TLS_LOAD(var)                                              \

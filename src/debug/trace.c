@@ -1,0 +1,1213 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The tracer: fern_trace_start / fern_trace_stop, $FERN_TRACE, the event
+ * points the layers below call (sched/trace.h), the writer of Chrome
+ * trace-event JSON (what Perfetto and chrome://tracing open) and the flight
+ * recorder's dumps. docs/debugging.md ("Tracing") is the user's side.
+ *
+ * Recording. Each worker records into its own buffer (base/trace.h: no
+ * lock, no system call; a full buffer drops and counts). A worker sets its
+ * buffer up itself, at its first event of a session: allocated once (the
+ * one allocation, reused by later sessions of the same size and mode),
+ * given a track number and listed in the session's registry under a spin
+ * lock. So a session needs no walk of the workers, and workers that start
+ * later (a new cluster, a compensation worker) are traced like the others.
+ * Buffers live until fern_shutdown (trace_fini), after the workers that
+ * write them are gone: a worker still inside an event point when a session
+ * ends writes into memory that is still its buffer. Threads that are no
+ * worker share one buffer, under its spin lock.
+ *
+ * The JSON. One file in the array format ("[" and one event a line; the
+ * closing "]" is optional in that format, so a file cut short by a crash
+ * still opens). Per worker, one track (tid: the worker's kernel thread id,
+ * named "fern worker N"); each run of a green thread is a complete slice
+ * ("X") named after the thread, whose args say why it stopped (yield, park
+ * and on what, preempted, migrate, exit); a worker's time in its idle
+ * context is a slice "idle". A wake-up or a spawn is a flow ("s" on the
+ * waker's track, inside its slice; "f" binding to the woken thread's next
+ * slice), so a slice nests in its track and every wake-up has its arrow.
+ * Preemptions, steals, migrations, poller wake-ups, the monitor's spares
+ * and rescues are instant events; fern_blocking jobs are slices on their
+ * helper's track; the writer samples runnable / parked / live threads as a
+ * counter every COUNTER_NS. Times are microseconds since the session began.
+ *
+ * Writer. In file mode a kernel thread ("fern-trace") drains every buffer
+ * each WRITER_NS (sooner while they fill fast), formats with hand-written
+ * number formatting (no stdio: the same code serves the crash path) and
+ * write()s in large blocks; fern_trace_stop joins it after its last drain.
+ * The flight recorder (FERN_TRACE=ring) has no writer: its buffers are
+ * rings, and a dump (fern_dump and so the dump signal, a deadlock report, a
+ * crash report) formats each worker's last events into a file of its own.
+ * The crash dump runs in a signal handler: it takes no lock (a flag that
+ * it skips when set), allocates nothing, and calls only open, write and
+ * close.
+ */
+#include "debug/debug.h"
+#include "sched/trace.h"
+
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define TRACKS_MAX 1024            /* buffers a session lists */
+#define OUTSIDE_SLOTS 64           /* fern_blocking helpers' open jobs, per formatter */
+#define EVENTS_STREAM 65536u       /* default slots per buffer, file mode */
+#define EVENTS_RING 16384u         /* default slots per buffer, flight recorder */
+#define WRITER_NS 2000000          /* the writer's period, at most */
+#define COUNTER_NS 10000000        /* counter samples */
+#define OUT_CAP ((size_t)1 << 20)  /* the writer's output block */
+#define RING_OUT_CAP ((size_t)1 << 16)
+
+uint32_t trace_on;
+uint8_t trace_tsc;
+uint64_t trace_t0;
+uint32_t trace_session;
+
+/* A buffer ever allocated, freed by trace_fini. */
+struct held {
+    struct trace_buf *b;
+    size_t size;
+};
+
+static struct {
+    pthread_mutex_t mu;         /* start, stop, the settings below */
+    bool active;
+    bool ring;
+    uint32_t events;            /* slots per buffer */
+    char path[4096];            /* file mode: the file; ring: the dumps' directory */
+    int fd;
+    pthread_t writer;
+    bool writer_running;
+    uint32_t stop;              /* the writer's last drain is due */
+    int err;                    /* the first write error */
+    uint64_t written;           /* events formatted */
+    /* the registry: buffers set up for this session, append-only */
+    uint32_t reg_lock;
+    uint32_t ntracks;
+    struct trace_buf *tracks[TRACKS_MAX];
+    uint64_t dropped0[TRACKS_MAX];  /* dropped count when listed */
+    uint32_t unlisted;          /* workers past TRACKS_MAX: not traced */
+    const void *clusters[TRACKS_MAX]; /* clusters by number, this session */
+    uint32_t nclusters;
+    struct trace_buf *outside;  /* threads that are no worker */
+    /* every buffer allocated, for trace_fini (under reg_lock) */
+    struct held *held;
+    uint32_t nheld, capheld;
+    /* the clock: ticks to ns as ns = ticks * mul >> 32 */
+    uint64_t mul;
+    uint64_t ns0;               /* CLOCK_MONOTONIC when the session began */
+    uint32_t dumps;             /* flight-recorder dumps written */
+    uint32_t dumping;           /* a dump runs (crash path: skip, never wait) */
+    bool atexit_set;
+} S = {.mu = PTHREAD_MUTEX_INITIALIZER, .fd = -1};
+
+static __thread int32_t my_tid;
+
+static int32_t tid_self(void)
+{
+    if (!my_tid)
+        my_tid = (int32_t)syscall(SYS_gettid);
+    return my_tid;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Buffers                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static struct trace_buf *buf_alloc(uint32_t events, bool ring)
+{
+    size_t size = sizeof(struct trace_buf) + (size_t)events * sizeof(struct trace_ev);
+    struct trace_buf *b = aligned_alloc(64, (size + 63) & ~(size_t)63);
+    if (!b)
+        return NULL;
+    memset(b, 0, sizeof *b);
+    b->mask = events - 1;
+    b->ring = ring;
+    spin_lock(&S.reg_lock);
+    if (S.nheld == S.capheld) {
+        uint32_t cap = S.capheld ? 2 * S.capheld : 64;
+        struct held *h = realloc(S.held, cap * sizeof *h);
+        if (!h) {
+            spin_unlock(&S.reg_lock);
+            free(b);
+            return NULL;
+        }
+        S.held = h;
+        S.capheld = cap;
+    }
+    S.held[S.nheld++] = (struct held){b, size};
+    spin_unlock(&S.reg_lock);
+    return b;
+}
+
+/* List b in this session's registry as a track; false if full. */
+static bool buf_list(struct trace_buf *b, uint32_t session)
+{
+    bool ok = false;
+    spin_lock(&S.reg_lock);
+    if (LOAD_RELAXED(&trace_session) == session && S.ntracks < TRACKS_MAX) {
+        uint32_t i = S.ntracks;
+        b->track = i + 1;
+        b->tail = LOAD_RELAXED(&b->head);
+        b->flow_seq = 0;
+        S.dropped0[i] = LOAD_RELAXED(&b->dropped);
+        STORE_RELAXED(&b->session, session);
+        S.tracks[i] = b;
+        STORE(&S.ntracks, i + 1); /* the writer reads the list up to here */
+        ok = true;
+    } else if (S.ntracks >= TRACKS_MAX) {
+        S.unlisted++;
+    }
+    spin_unlock(&S.reg_lock);
+    return ok;
+}
+
+/* The calling worker's buffer for this session, set up at its first event
+ * (see the top); NULL if it cannot have one. */
+static __attribute__((noinline)) struct trace_buf *buf_setup(struct worker *w)
+{
+    uint32_t session = LOAD_RELAXED(&trace_session);
+    uint32_t events = LOAD_RELAXED(&S.events);
+    bool ring = LOAD_RELAXED(&S.ring);
+    struct trace_buf *b = w->trace;
+    if (!b || b->mask + 1 != events || b->ring != ring) {
+        /* The old one (another size or mode) stays allocated until
+         * trace_fini: nothing else refers to it. */
+        if (!(b = buf_alloc(events, ring)))
+            return NULL;
+        STORE_RELAXED(&w->trace, b);
+    }
+    b->tid = w->tid;
+    /* Clusters are numbered in the order their workers first record. */
+    unsigned ci = 0;
+    spin_lock(&S.reg_lock);
+    while (ci < S.nclusters && S.clusters[ci] != w->cluster)
+        ci++;
+    if (ci == S.nclusters && ci < TRACKS_MAX)
+        S.clusters[S.nclusters++] = w->cluster;
+    spin_unlock(&S.reg_lock);
+    char *p = b->label;
+    p += fmt_str(p, "fern worker ", 16);
+    p += fmt_u64(p, w->index);
+    if (ci) {
+        p += fmt_str(p, " (cluster ", 16);
+        p += fmt_u64(p, ci);
+        *p++ = ')';
+    }
+    if (LOAD(&w->spare))
+        p += fmt_str(p, " spare", 8);
+    *p = 0;
+    return buf_list(b, session) ? b : NULL;
+}
+
+static inline struct trace_buf *buf_of(struct worker *w)
+{
+    struct trace_buf *b = w->trace;
+    if (unlikely(!b || LOAD_RELAXED(&b->session) != LOAD_RELAXED(&trace_session)))
+        b = buf_setup(w);
+    return b;
+}
+
+
+/* ------------------------------------------------------------------------ */
+/* Event points (sched/trace.h)                                              */
+/* ------------------------------------------------------------------------ */
+
+/* An event of a thread that is no worker: into the shared buffer, its
+ * kernel thread id in c's top half. */
+static void put_outside(unsigned type, uint64_t a, uint64_t x, uint64_t c, uint32_t *flow)
+{
+    struct trace_buf *b = LOAD(&S.outside);
+    if (!b || LOAD_RELAXED(&b->session) != LOAD_RELAXED(&trace_session))
+        return;
+    c |= (uint64_t)(uint32_t)tid_self() << 32;
+    spin_lock(&b->lock);
+    if (flow)
+        *flow = trace_flow_new(b), x = *flow;
+    trace_put(b, trace_clock(), type, a, x, c);
+    spin_unlock(&b->lock);
+}
+
+void *trace_switch(struct worker *w, fern_thread *cur, fern_thread *next)
+{
+    struct trace_buf *b = buf_of(w);
+    if (!b)
+        return next->sp;
+    uint64_t ts = trace_clock();
+    if (cur != &w->g0) {
+        uint8_t st = LOAD_RELAXED(&cur->run_state);
+        if (st == T_PARKED)
+            trace_put(b, ts, TR_PARK, cur->id, (uintptr_t)LOAD_RELAXED(&cur->wait_obj),
+                      (uintptr_t)LOAD_RELAXED(&cur->wait_what));
+        else
+            trace_put(b, ts, st == T_EXITING ? TR_EXIT : TR_YIELD, cur->id, 0, 0);
+    }
+    if (next != &w->g0) {
+        uint32_t f = next->trace_flow;
+        if (f)
+            next->trace_flow = 0;
+        trace_put(b, ts, TR_RUN, next->id, f, (uintptr_t)next);
+    } else {
+        trace_put(b, ts, TR_RUN, 0, 0, 0);
+    }
+    return next->sp;
+}
+
+void trace_wake(struct worker *w, fern_thread *t, bool tail)
+{
+    uint64_t flags = tail ? TRW_TAIL : 0;
+    if (!w) {
+        uint32_t f = 0;
+        put_outside(TR_WAKE, t->id, 0, flags | TRW_REMOTE, &f);
+        t->trace_flow = f;
+        return;
+    }
+    struct trace_buf *b = buf_of(w);
+    if (!b)
+        return;
+    if (w->cluster != t->cluster)
+        flags |= TRW_REMOTE;
+    else if (w->wake_from == WAKE_TIMER)
+        flags |= TRW_TIMER;
+    else if (w->wake_from == WAKE_POLL)
+        flags |= TRW_POLL;
+    else if (!tail)
+        flags |= TRW_HANDOFF;
+    uint32_t f = trace_flow_new(b);
+    t->trace_flow = f;
+    trace_put(b, trace_clock(), TR_WAKE, t->id, f, flags);
+}
+
+void trace_spawn(struct worker *w, fern_thread *t)
+{
+    if (!w) {
+        uint32_t f = 0;
+        put_outside(TR_SPAWN, t->id, 0, 0, &f);
+        t->trace_flow = f ? f | TRACE_FLOW_SPAWN : 0;
+        return;
+    }
+    struct trace_buf *b = buf_of(w);
+    if (!b)
+        return;
+    uint32_t f = trace_flow_new(b) | TRACE_FLOW_SPAWN;
+    t->trace_flow = f;
+    trace_put(b, trace_clock(), TR_SPAWN, t->id, f, (uintptr_t)t);
+}
+
+void trace_event(struct worker *w, unsigned type, uint64_t a, uint64_t x, uint64_t c)
+{
+    if (!w) {
+        put_outside(type, a, x, c, NULL);
+        return;
+    }
+    struct trace_buf *b = buf_of(w);
+    if (b)
+        trace_put(b, trace_clock(), type, a, x, c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Formatting                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* A track's state while its events are formatted. */
+struct trk {
+    uint8_t open;       /* 0 nothing, 1 a thread's run, 2 idle */
+    uint8_t pend;       /* TR_PREEMPT / TR_MIGRATE seen for the open run */
+    uint8_t named;      /* its thread_name line is out */
+    uint64_t id, ts, last;
+    const fern_thread *desc;
+};
+struct job_open {
+    int32_t tid;
+    uint64_t caller, fn, ts;
+};
+struct fmt {
+    int fd;
+    int err;
+    char *buf;
+    size_t n, cap;
+    uint64_t events;
+    int pid;
+    struct trk *trk;    /* [TRACKS_MAX + 1], by track */
+    struct job_open jobs[OUTSIDE_SLOTS];
+};
+
+static void out_flush(struct fmt *f)
+{
+    size_t off = 0;
+    while (off < f->n && !f->err) {
+        ssize_t r = write(f->fd, f->buf + off, f->n - off);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            f->err = errno;
+        } else {
+            off += (size_t)r;
+        }
+    }
+    f->n = 0;
+}
+
+/* Room for one event's line (every line is shorter than 512 bytes). */
+static inline char *room(struct fmt *f)
+{
+    if (f->cap - f->n < 512)
+        out_flush(f);
+    return f->buf + f->n;
+}
+static inline char *ps(char *p, const char *s)
+{
+    while (*s)
+        *p++ = *s++;
+    return p;
+}
+static inline char *pu(char *p, uint64_t v) { return p + fmt_u64(p, v); }
+static char *phex(char *p, uint64_t v)
+{
+    static const char d[] = "0123456789abcdef";
+    char tmp[16];
+    int n = 0;
+    do {
+        tmp[n++] = d[v & 15];
+        v >>= 4;
+    } while (v);
+    *p++ = '0';
+    *p++ = 'x';
+    while (n)
+        *p++ = tmp[--n];
+    return p;
+}
+/* Ticks since the session began, as microseconds with three decimals. */
+static char *pts(char *p, uint64_t ticks)
+{
+    uint64_t ns = (uint64_t)(((unsigned __int128)ticks * S.mul) >> 32);
+    p = pu(p, ns / 1000);
+    uint64_t r = ns % 1000;
+    *p++ = '.';
+    *p++ = (char)('0' + r / 100);
+    *p++ = (char)('0' + r / 10 % 10);
+    *p++ = (char)('0' + r % 10);
+    return p;
+}
+/* A JSON string's body: quotes and backslashes escaped, control bytes dropped. */
+static char *pjs(char *p, const char *s, size_t max)
+{
+    for (size_t i = 0; i < max && s[i]; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == '"' || ch == '\\')
+            *p++ = '\\';
+        if (ch >= 0x20)
+            *p++ = (char)ch;
+    }
+    return p;
+}
+static char *phead(struct fmt *f, char *p, const char *ph, int64_t tid, uint64_t ts)
+{
+    p = ps(p, "{\"ph\":\"");
+    p = ps(p, ph);
+    p = ps(p, "\",\"pid\":");
+    p = pu(p, (uint64_t)f->pid);
+    p = ps(p, ",\"tid\":");
+    p = pu(p, (uint64_t)tid);
+    p = ps(p, ",\"ts\":");
+    return pts(p, ts);
+}
+static inline void line_end(struct fmt *f, char *p)
+{
+    *p++ = '}';
+    *p++ = ',';
+    *p++ = '\n';
+    f->n = (size_t)(p - f->buf);
+    f->events++;
+}
+
+/* The thread's name for a slice: its name if its descriptor still holds
+ * it (a descriptor lives until shutdown; a reused one has another id),
+ * else "thread ID". */
+static char *pname(char *p, const fern_thread *t, uint64_t id)
+{
+    char name[32];
+    size_t n = 0;
+    if (t && LOAD_RELAXED(&t->id) == id)
+        for (; n < 31 && (name[n] = LOAD_RELAXED(&t->name[n])) != 0; n++)
+            ;
+    name[n] = 0;
+    if (n)
+        return pjs(p, name, 31);
+    p = ps(p, "thread ");
+    return pu(p, id);
+}
+
+static void track_name(struct fmt *f, const struct trace_buf *b, struct trk *k)
+{
+    if (k->named)
+        return;
+    k->named = 1;
+    char *p = room(f);
+    p = ps(p, "{\"ph\":\"M\",\"pid\":");
+    p = pu(p, (uint64_t)f->pid);
+    p = ps(p, ",\"tid\":");
+    p = pu(p, (uint64_t)b->tid);
+    p = ps(p, ",\"name\":\"thread_name\",\"args\":{\"name\":\"");
+    p = pjs(p, b->label, sizeof b->label);
+    p = ps(p, "\"}");
+    line_end(f, p);
+    p = room(f);
+    p = ps(p, "{\"ph\":\"M\",\"pid\":");
+    p = pu(p, (uint64_t)f->pid);
+    p = ps(p, ",\"tid\":");
+    p = pu(p, (uint64_t)b->tid);
+    p = ps(p, ",\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":");
+    p = pu(p, b->track);
+    p = ps(p, "}");
+    line_end(f, p);
+}
+
+static const char *why_name(unsigned type, uint8_t pend)
+{
+    if (pend == TR_PREEMPT)
+        return "preempted";
+    if (pend == TR_MIGRATE)
+        return "migrate";
+    switch (type) {
+    case TR_YIELD: return "yield";
+    case TR_PARK: return "park";
+    case TR_EXIT: return "exit";
+    case TR_RUN: return "switch";
+    default: return "trace stopped";
+    }
+}
+
+/* Close track k's open slice at ts; `e` is the event that closes it. */
+static void slice_close(struct fmt *f, const struct trace_buf *b, struct trk *k, uint64_t ts,
+                        const struct trace_ev *e, unsigned type)
+{
+    if (!k->open)
+        return;
+    uint64_t begin = k->ts <= ts ? k->ts : ts;
+    char *p = room(f);
+    p = phead(f, p, "X", b->tid, begin);
+    p = ps(p, ",\"dur\":");
+    p = pts(p, ts - begin);
+    if (k->open == 2) {
+        p = ps(p, ",\"name\":\"idle\",\"cat\":\"idle\"");
+    } else {
+        p = ps(p, ",\"name\":\"");
+        p = pname(p, k->desc, k->id);
+        p = ps(p, "\",\"cat\":\"run\",\"args\":{\"thread\":");
+        p = pu(p, k->id);
+        p = ps(p, ",\"end\":\"");
+        p = ps(p, why_name(type, k->pend));
+        *p++ = '"';
+        const char *what = type == TR_PARK && e ? (const char *)(uintptr_t)e->c : NULL;
+        if (what) {
+            p = ps(p, ",\"on\":\"");
+            p = pjs(p, what, 40);
+            *p++ = '"';
+        }
+        if (type == TR_PARK && e && e->b) {
+            p = ps(p, ",\"obj\":\"");
+            p = phex(p, e->b);
+            *p++ = '"';
+        }
+        *p++ = '}';
+    }
+    line_end(f, p);
+    k->open = 0;
+    k->pend = 0;
+}
+
+static void flow(struct fmt *f, int64_t tid, uint64_t ts, const char *ph, uint64_t id,
+                 const char *name)
+{
+    char *p = room(f);
+    p = phead(f, p, ph, tid, ts);
+    p = ps(p, ",\"id\":");
+    p = pu(p, id);
+    p = ps(p, ",\"cat\":\"");
+    p = ps(p, name);
+    p = ps(p, "\",\"name\":\"");
+    p = ps(p, name);
+    *p++ = '"';
+    if (*ph == 'f')
+        p = ps(p, ",\"bp\":\"e\"");
+    line_end(f, p);
+}
+
+static char *instant_head(struct fmt *f, int64_t tid, uint64_t ts, const char *name)
+{
+    char *p = room(f);
+    p = phead(f, p, "i", tid, ts);
+    p = ps(p, ",\"s\":\"t\",\"name\":\"");
+    p = ps(p, name);
+    return ps(p, "\",\"args\":{");
+}
+
+static void label_of_track(char *out, uint64_t track)
+{
+    uint32_t n = LOAD(&S.ntracks);
+    const char *l = track && track <= n ? S.tracks[track - 1]->label : "?";
+    size_t i = 0;
+    for (; i < 39 && l[i]; i++)
+        out[i] = l[i];
+    out[i] = 0;
+}
+
+/* A blocking-pool helper's slot for its open job (outside events). */
+static struct job_open *job_slot(struct fmt *f, int32_t tid, bool make)
+{
+    struct job_open *free_slot = NULL;
+    for (int i = 0; i < OUTSIDE_SLOTS; i++) {
+        if (f->jobs[i].tid == tid)
+            return &f->jobs[i];
+        if (!f->jobs[i].tid && !free_slot)
+            free_slot = &f->jobs[i];
+    }
+    if (make && free_slot)
+        free_slot->tid = tid;
+    return make ? free_slot : NULL;
+}
+
+/* An event of the shared buffer (threads that are no worker). */
+static void format_outside(struct fmt *f, const struct trace_ev *e, unsigned type, uint64_t ts)
+{
+    int32_t tid = (int32_t)(e->c >> 32);
+    char *p;
+    switch (type) {
+    case TR_WAKE:
+    case TR_SPAWN: {
+        /* A zero-length slice for the flow to start in. */
+        p = room(f);
+        p = phead(f, p, "X", tid, ts);
+        p = ps(p, type == TR_WAKE ? ",\"dur\":0.001,\"name\":\"wake from outside fern\",\"cat\":\"outside\""
+                                  : ",\"dur\":0.001,\"name\":\"spawn from outside fern\",\"cat\":\"outside\"");
+        line_end(f, p);
+        flow(f, tid, ts, "s", type == TR_WAKE ? e->b : e->b | TRACE_FLOW_SPAWN,
+             type == TR_WAKE ? "wake" : "spawn");
+        break;
+    }
+    case TR_BLOCK_BEGIN: {
+        struct job_open *j = job_slot(f, tid, true);
+        if (j) {
+            j->caller = e->a;
+            j->fn = e->b;
+            j->ts = ts;
+        }
+        break;
+    }
+    case TR_BLOCK_END: {
+        struct job_open *j = job_slot(f, tid, false);
+        if (!j)
+            break;
+        p = room(f);
+        p = phead(f, p, "X", tid, j->ts);
+        p = ps(p, ",\"dur\":");
+        p = pts(p, ts >= j->ts ? ts - j->ts : 0);
+        p = ps(p, ",\"name\":\"fern_blocking job\",\"cat\":\"blocking\",\"args\":{\"for_thread\":");
+        p = pu(p, j->caller);
+        p = ps(p, ",\"fn\":\"");
+        p = phex(p, j->fn);
+        p = ps(p, "\"}");
+        line_end(f, p);
+        j->tid = 0;
+        break;
+    }
+    case TR_POLL:
+        p = instant_head(f, tid, ts, "poller wake-up");
+        p = ps(p, "\"events\":");
+        p = pu(p, e->a);
+        p = ps(p, ",\"by\":\"monitor\"}");
+        line_end(f, p);
+        break;
+    case TR_SPARE_START:
+        p = instant_head(f, tid, ts, "compensation: spare worker started");
+        p = ps(p, "\"worker\":");
+        p = pu(p, e->a);
+        p = ps(p, ",\"rescue\":");
+        p = pu(p, e->c & 1);
+        p = ps(p, "}");
+        line_end(f, p);
+        break;
+    case TR_RESCUE: {
+        char l[40];
+        label_of_track(l, e->a);
+        p = instant_head(f, tid, ts, "rescue: threads moved off a worker asleep in the kernel");
+        p = ps(p, "\"from\":\"");
+        p = pjs(p, l, 40);
+        p = ps(p, "\",\"threads\":");
+        p = pu(p, e->b);
+        p = ps(p, "}");
+        line_end(f, p);
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/* One event of track b (k: its state). */
+static void format_event(struct fmt *f, const struct trace_buf *b, struct trk *k,
+                         const struct trace_ev *e)
+{
+    uint64_t w0 = e->w0;
+    unsigned type = (unsigned)(w0 >> TRACE_TS_BITS);
+    uint64_t ts = w0 & TRACE_TS_MASK;
+    if (ts < k->last)
+        ts = k->last; /* cycle counters of two cores a few ticks apart */
+    k->last = ts;
+    if (b == LOAD_RELAXED(&S.outside)) {
+        format_outside(f, e, type, ts);
+        return;
+    }
+    track_name(f, b, k);
+    char *p;
+    switch (type) {
+    case TR_RUN:
+        slice_close(f, b, k, ts, NULL, TR_RUN);
+        k->open = e->a ? 1 : 2;
+        k->id = e->a;
+        k->ts = ts;
+        k->desc = (const fern_thread *)(uintptr_t)e->c;
+        if (e->b)
+            flow(f, b->tid, ts, "f", e->b, e->b & TRACE_FLOW_SPAWN ? "spawn" : "wake");
+        break;
+    case TR_YIELD:
+    case TR_PARK:
+    case TR_EXIT:
+        if (k->open != 1) {
+            /* It ran since before the session (or the ring's first event). */
+            slice_close(f, b, k, ts, NULL, TR_RUN);
+            k->open = 1;
+            k->id = e->a;
+            k->desc = NULL;
+            k->ts = ts;
+        }
+        slice_close(f, b, k, ts, e, type);
+        break;
+    case TR_WAKE:
+    case TR_SPAWN:
+        if (!k->open) {
+            k->open = 2;
+            k->ts = ts;
+        }
+        flow(f, b->tid, ts, "s", e->b, type == TR_WAKE ? "wake" : "spawn");
+        break;
+    case TR_PREEMPT:
+    case TR_MIGRATE:
+        if (k->open == 1)
+            k->pend = (uint8_t)type;
+        p = instant_head(f, b->tid, ts, type == TR_PREEMPT ? "preempted" : "migrate");
+        p = ps(p, "\"thread\":");
+        p = pu(p, e->a);
+        p = ps(p, "}");
+        line_end(f, p);
+        break;
+    case TR_STEAL: {
+        char l[40];
+        label_of_track(l, e->b);
+        p = instant_head(f, b->tid, ts, "steal");
+        p = ps(p, "\"threads\":");
+        p = pu(p, e->a);
+        p = ps(p, ",\"from\":\"");
+        p = pjs(p, l, 40);
+        p = ps(p, "\",\"first\":");
+        p = pu(p, e->c);
+        p = ps(p, "}");
+        line_end(f, p);
+        break;
+    }
+    case TR_POLL:
+        p = instant_head(f, b->tid, ts, "poller wake-up");
+        p = ps(p, "\"events\":");
+        p = pu(p, e->a);
+        p = ps(p, e->b ? ",\"slept\":1}" : ",\"slept\":0}");
+        line_end(f, p);
+        break;
+    case TR_SPARE_END:
+        p = instant_head(f, b->tid, ts, "compensation: spare worker ends");
+        p = ps(p, "}");
+        line_end(f, p);
+        break;
+    default:
+        break;
+    }
+}
+
+static void format_start(struct fmt *f)
+{
+    char *p = room(f);
+    p = ps(p, "[\n{\"ph\":\"M\",\"pid\":");
+    p = pu(p, (uint64_t)f->pid);
+    p = ps(p, ",\"name\":\"process_name\",\"args\":{\"name\":\"fern (pid ");
+    p = pu(p, (uint64_t)f->pid);
+    p = ps(p, ")\"}");
+    line_end(f, p);
+}
+
+/* Close every open slice at ts and end the array. */
+static void format_end(struct fmt *f, uint64_t ts, uint64_t dropped)
+{
+    uint32_t n = LOAD(&S.ntracks);
+    for (uint32_t i = 0; i < n; i++)
+        if (S.tracks[i] != LOAD_RELAXED(&S.outside))
+            slice_close(f, S.tracks[i], &f->trk[i + 1], ts > f->trk[i + 1].last ? ts : f->trk[i + 1].last,
+                        NULL, 0);
+    char *p = room(f);
+    p = ps(p, "{\"ph\":\"M\",\"pid\":");
+    p = pu(p, (uint64_t)f->pid);
+    p = ps(p, ",\"name\":\"fern_trace\",\"args\":{\"events\":");
+    p = pu(p, f->events);
+    p = ps(p, ",\"dropped\":");
+    p = pu(p, dropped);
+    p = ps(p, ",\"clock\":\"");
+    p = ps(p, trace_tsc ? "cycle counter" : "CLOCK_MONOTONIC");
+    p = ps(p, "\"}}\n]\n");
+    f->n = (size_t)(p - f->buf);
+    out_flush(f);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The clock                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static bool tsc_constant(void)
+{
+#if defined(__x86_64__)
+    /* /proc/cpuinfo's first "flags" line names both features. */
+    int fd = open("/proc/cpuinfo", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    static char buf[16384];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = 0;
+    char *flags = strstr(buf, "\nflags");
+    if (!flags)
+        return false;
+    char *eol = strchr(flags + 1, '\n');
+    if (eol)
+        *eol = 0;
+    return strstr(flags, " constant_tsc") && strstr(flags, " nonstop_tsc");
+#else
+    return true; /* the generic timer's rate is constant by definition */
+#endif
+}
+
+/* Choose the session's clock and calibrate ticks to ns (S.mul), then
+ * set trace_t0. The cycle counter against CLOCK_MONOTONIC over 2 ms. */
+static void clock_setup(void)
+{
+    trace_tsc = 0;
+    S.mul = (uint64_t)1 << 32;
+    if (tsc_constant()) {
+        int64_t n0 = fern_now_ns();
+        uint64_t c0 = arch_cycles();
+        int64_t n1;
+        do
+            n1 = fern_now_ns();
+        while (n1 - n0 < 2000000);
+        uint64_t c1 = arch_cycles();
+        if (c1 > c0) {
+            /* ns per tick * 2^32 */
+            S.mul = (uint64_t)(((unsigned __int128)(uint64_t)(n1 - n0) << 32) / (c1 - c0));
+            trace_tsc = 1;
+        }
+    }
+    S.ns0 = (uint64_t)fern_now_ns();
+    trace_t0 = trace_tsc ? arch_cycles() : S.ns0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* File mode: the writer                                                     */
+/* ------------------------------------------------------------------------ */
+
+static struct fmt W;
+static struct trk W_trk[TRACKS_MAX + 1];
+
+/* Drain track i's buffer; returns the events it held. */
+static uint64_t drain(struct fmt *f, uint32_t i)
+{
+    struct trace_buf *b = S.tracks[i];
+    uint64_t h = LOAD(&b->head), t = LOAD_RELAXED(&b->tail);
+    for (uint64_t x = t; x < h; x++) {
+        const struct trace_ev *s = &b->ev[x & b->mask];
+        struct trace_ev e = {LOAD_RELAXED(&s->w0), LOAD_RELAXED(&s->a), LOAD_RELAXED(&s->b),
+                             LOAD_RELAXED(&s->c)};
+        format_event(f, b, &f->trk[i + 1], &e);
+    }
+    STORE(&b->tail, h);
+    return h - t;
+}
+
+static uint64_t dropped_total(void)
+{
+    uint64_t d = 0;
+    uint32_t n = LOAD(&S.ntracks);
+    for (uint32_t i = 0; i < n; i++)
+        d += LOAD_RELAXED(&S.tracks[i]->dropped) - S.dropped0[i];
+    return d;
+}
+
+/* Runnable, parked and live threads, as a counter. */
+static void counters(struct fmt *f)
+{
+    uint64_t runnable = 0, running = 0;
+    int64_t live = 0;
+    pthread_mutex_lock(&rt.boot_lock);
+    for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster) {
+        live += cluster_live(c);
+        runnable += inbox_len(&c->inbox);
+        unsigned nw = LOAD(&c->nworkers);
+        for (unsigned i = 0; i < nw; i++) {
+            struct worker *w = c->workers[i];
+            runnable += (uint32_t)(LOAD_RELAXED(&w->rq_tail) - LOAD_RELAXED(&w->rq_head)) +
+                        (LOAD_RELAXED(&w->next) != NULL) + tqueue_len(&w->soon) +
+                        tqueue_len(&w->pinned);
+            fern_thread *cur = LOAD_RELAXED(&w->cur);
+            running += cur && cur != &w->g0;
+        }
+    }
+    pthread_mutex_unlock(&rt.boot_lock);
+    int64_t parked = live - (int64_t)runnable - (int64_t)running;
+    char *p = room(f);
+    p = phead(f, p, "C", 0, trace_clock());
+    p = ps(p, ",\"name\":\"threads\",\"args\":{\"running\":");
+    p = pu(p, running);
+    p = ps(p, ",\"runnable\":");
+    p = pu(p, runnable);
+    p = ps(p, ",\"parked\":");
+    p = pu(p, parked > 0 ? (uint64_t)parked : 0);
+    p = ps(p, ",\"live\":");
+    p = pu(p, live > 0 ? (uint64_t)live : 0);
+    p = ps(p, "}");
+    line_end(f, p);
+}
+
+static void *writer_main(void *arg)
+{
+    (void)arg;
+    struct fmt *f = &W;
+    int64_t next_counter = 0;
+    int64_t nap = WRITER_NS;
+    for (;;) {
+        bool last = LOAD(&S.stop);
+        uint32_t n = LOAD(&S.ntracks);
+        uint64_t most = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            uint64_t got = drain(f, i);
+            uint64_t cap = (uint64_t)S.tracks[i]->mask + 1;
+            if (got * 4 > cap && got > most)
+                most = got;
+        }
+        int64_t now = fern_now_ns();
+        if (now >= next_counter && !last) {
+            counters(f);
+            next_counter = now + COUNTER_NS;
+        }
+        if (last)
+            break;
+        out_flush(f);
+        /* A buffer a quarter full or more: come back sooner. */
+        nap = most ? WRITER_NS / 4 : WRITER_NS;
+        struct timespec ts = {0, nap};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Starting and stopping                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* FERN_TRACE's and fern_trace_start's syntax: "ring" or "ring:DIR" for the
+ * flight recorder (dumps into DIR, default "."), else a file. */
+static bool is_ring(const char *spec, const char **dir)
+{
+    if (strncmp(spec, "ring", 4) || (spec[4] && spec[4] != ':'))
+        return false;
+    *dir = spec[4] ? spec + 5 : ".";
+    return true;
+}
+
+static void at_exit(void)
+{
+    /* A program that returns from main without fern_shutdown still gets
+     * a complete file. */
+    fern_trace_stop();
+}
+
+static int start_locked(const char *spec, uint32_t events)
+{
+    if (S.active)
+        return EBUSY;
+    const char *dir = NULL;
+    bool ring = is_ring(spec, &dir);
+    const char *path = ring ? dir : spec;
+    if (!*path || strlen(path) >= sizeof S.path)
+        return EINVAL;
+    int fd = -1;
+    if (ring) {
+        int d = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (d < 0)
+            return errno;
+        close(d);
+    } else {
+        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd < 0)
+            return errno;
+    }
+    if (!events)
+        events = ring ? EVENTS_RING : EVENTS_STREAM;
+    struct trace_buf *out = S.outside;
+    if (!out || out->mask + 1 != events || out->ring != ring) {
+        out = buf_alloc(events, ring);
+        if (!out) {
+            if (fd >= 0)
+                close(fd);
+            return ENOMEM;
+        }
+    }
+    if (!ring && !W.buf && !(W.buf = malloc(OUT_CAP))) {
+        close(fd);
+        return ENOMEM;
+    }
+    strcpy(S.path, path);
+    S.ring = ring;
+    S.events = events;
+    S.fd = fd;
+    S.err = 0;
+    S.stop = 0;
+    S.unlisted = 0;
+    clock_setup();
+    /* A new session number: every buffer is set up again (buf_of). */
+    spin_lock(&S.reg_lock);
+    uint32_t session = trace_session + 1 ? trace_session + 1 : 1;
+    STORE_RELAXED(&trace_session, session);
+    S.ntracks = 0;
+    S.nclusters = 0;
+    spin_unlock(&S.reg_lock);
+    snprintf(out->label, sizeof out->label, "outside fern");
+    out->tid = 0;
+    STORE(&S.outside, out);
+    buf_list(out, session);
+    if (!ring) {
+        memset(W_trk, 0, sizeof W_trk);
+        W = (struct fmt){.fd = fd, .buf = W.buf, .cap = OUT_CAP, .pid = getpid(), .trk = W_trk};
+        format_start(&W);
+        STORE(&trace_on, 1);
+        int r = pthread_create(&S.writer, NULL, writer_main, NULL);
+        if (r) {
+            STORE(&trace_on, 0);
+            close(fd);
+            S.fd = -1;
+            return r;
+        }
+        pthread_setname_np(S.writer, "fern-trace");
+        S.writer_running = true;
+    } else {
+        STORE(&trace_on, 1);
+    }
+    S.active = true;
+    if (!S.atexit_set) {
+        S.atexit_set = true;
+        atexit(at_exit);
+    }
+    return 0;
+}
+
+int fern_trace_start(const char *path)
+{
+    if (!path)
+        return EINVAL;
+    pthread_mutex_lock(&S.mu);
+    int r = start_locked(path, 0);
+    pthread_mutex_unlock(&S.mu);
+    return r;
+}
+
+int fern_trace_stop(void)
+{
+    pthread_mutex_lock(&S.mu);
+    if (!S.active) {
+        pthread_mutex_unlock(&S.mu);
+        return EINVAL;
+    }
+    STORE(&trace_on, 0);
+    int r = 0;
+    if (S.writer_running) {
+        STORE(&S.stop, 1);
+        pthread_join(S.writer, NULL);
+        S.writer_running = false;
+        uint64_t dropped = dropped_total();
+        format_end(&W, trace_clock(), dropped);
+        if (W.err)
+            r = W.err;
+        if (close(S.fd) && !r)
+            r = errno;
+        S.fd = -1;
+        S.written = W.events;
+        if (dropped)
+            fprintf(stderr,
+                    "fern: trace %s: %llu events dropped (a worker's buffer was full); "
+                    "FERN_TRACE_EVENTS raises the buffers' size\n",
+                    S.path, (unsigned long long)dropped);
+        if (r)
+            fprintf(stderr, "fern: trace %s: cannot write: %s\n", S.path, strerror(r));
+    }
+    if (S.unlisted)
+        fprintf(stderr, "fern: trace: %u workers past the first %u were not traced\n", S.unlisted,
+                TRACKS_MAX);
+    /* Buffers set up from here on belong to no session. */
+    spin_lock(&S.reg_lock);
+    STORE_RELAXED(&trace_session, trace_session + 1 ? trace_session + 1 : 1);
+    spin_unlock(&S.reg_lock);
+    S.active = false;
+    pthread_mutex_unlock(&S.mu);
+    return r;
+}
+
+/* fern_init: $FERN_TRACE (runtime/config.c checked it). */
+int trace_init(void)
+{
+    if (!config.trace[0])
+        return 0;
+    pthread_mutex_lock(&S.mu);
+    int r = S.active ? 0 : start_locked(config.trace, config.trace_events);
+    pthread_mutex_unlock(&S.mu);
+    if (r)
+        fprintf(stderr, "fern: FERN_TRACE=\"%s\": cannot start tracing: %s\n", config.trace,
+                strerror(r));
+    return r;
+}
+
+/* fern_shutdown, once the workers are stopped: end the session, free the
+ * buffers (nobody can write them any more). */
+void trace_fini(void)
+{
+    if (S.active)
+        fern_trace_stop();
+    pthread_mutex_lock(&S.mu);
+    spin_lock(&S.reg_lock);
+    for (uint32_t i = 0; i < S.nheld; i++)
+        free(S.held[i].b);
+    free(S.held);
+    S.held = NULL;
+    S.nheld = S.capheld = 0;
+    S.ntracks = 0;
+    STORE(&S.outside, NULL);
+    spin_unlock(&S.reg_lock);
+    pthread_mutex_unlock(&S.mu);
+}
+
+unsigned trace_threads(void) { return LOAD_RELAXED(&S.writer_running) ? 1u : 0u; }
+
+/* ------------------------------------------------------------------------ */
+/* The flight recorder's dumps                                               */
+/* ------------------------------------------------------------------------ */
+
+static char ring_buf[RING_OUT_CAP];
+static struct trk ring_trk[TRACKS_MAX + 1];
+
+/* Format each buffer's last events: from the oldest slot the owner cannot
+ * be rewriting (an eighth of the ring is left as margin), checking as it
+ * goes that the owner has not lapped the reader. */
+static void ring_format(struct fmt *f)
+{
+    uint32_t n = LOAD(&S.ntracks);
+    for (uint32_t i = 0; i < n; i++) {
+        struct trace_buf *b = S.tracks[i];
+        uint64_t cap = (uint64_t)b->mask + 1, margin = cap / 8;
+        uint64_t h = LOAD(&b->head);
+        uint64_t x = h > cap - margin ? h - (cap - margin) : 0;
+        for (; x < h; x++) {
+            if ((x & 255) == 0) {
+                uint64_t now = LOAD(&b->head);
+                if (now > x + cap - margin)
+                    x = now - (cap - margin);
+            }
+            const struct trace_ev *s = &b->ev[x & b->mask];
+            struct trace_ev e = {LOAD_RELAXED(&s->w0), LOAD_RELAXED(&s->a), LOAD_RELAXED(&s->b),
+                                 LOAD_RELAXED(&s->c)};
+            unsigned type = (unsigned)(e.w0 >> TRACE_TS_BITS);
+            if (type == 0 || type >= TR_TYPES)
+                continue;
+            format_event(f, b, &f->trk[i + 1], &e);
+        }
+    }
+}
+
+/* Write the flight recorder to DIR/fern-ring.PID.N.json; the path goes to
+ * out (size outsz). Async-signal-safe; returns 0, EBUSY if a dump runs,
+ * EINVAL if no flight recorder runs, or open's or write's errno. */
+static int ring_dump(char *out, size_t outsz)
+{
+    if (!LOAD(&trace_on) || !LOAD_RELAXED(&S.ring))
+        return EINVAL;
+    if (__atomic_exchange_n(&S.dumping, 1, __ATOMIC_ACQUIRE))
+        return EBUSY;
+    char *p = out;
+    int pid = getpid();
+    uint32_t k = __atomic_add_fetch(&S.dumps, 1, __ATOMIC_RELAXED);
+    p += fmt_str(p, S.path, outsz - 64);
+    p += fmt_str(p, "/fern-ring.", 16);
+    p += fmt_u64(p, (uint64_t)pid);
+    *p++ = '.';
+    p += fmt_u64(p, k);
+    p += fmt_str(p, ".json", 8);
+    *p = 0;
+    int r = 0;
+    int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        r = errno;
+    } else {
+        memset(ring_trk, 0, sizeof ring_trk);
+        struct fmt f = {.fd = fd, .buf = ring_buf, .cap = sizeof ring_buf, .pid = pid, .trk = ring_trk};
+        format_start(&f);
+        ring_format(&f);
+        format_end(&f, trace_clock(), 0);
+        r = f.err;
+        close(fd);
+    }
+    __atomic_store_n(&S.dumping, 0, __ATOMIC_RELEASE);
+    return r;
+}
+
+/* fern_dump and the deadlock report: one line on f. Takes no lock of the
+ * tracer's (a deadlock report holds rt.boot_lock, which the writer takes
+ * while fern_trace_stop holds S.mu and waits for it). */
+void trace_report(FILE *f)
+{
+    if (!LOAD(&trace_on))
+        return;
+    if (!LOAD_RELAXED(&S.ring)) {
+        fprintf(f, "fern: tracing to %s (%llu events dropped so far)\n", S.path,
+                (unsigned long long)dropped_total());
+        return;
+    }
+    char path[sizeof S.path + 64];
+    int r = ring_dump(path, sizeof path);
+    if (r == EINVAL)
+        return;
+    if (r)
+        fprintf(f, "fern: flight recorder: cannot write %s: %s\n", path, strerror(r));
+    else
+        fprintf(f, "fern: flight recorder: the last events of every worker are in %s\n", path);
+}
+
+/* The crash report (a signal handler): the same, with write(2). */
+void trace_ring_crash(void)
+{
+    char path[sizeof S.path + 64];
+    int r = ring_dump(path, sizeof path);
+    if (r == EINVAL || r == EBUSY)
+        return;
+    char line[sizeof path + 96];
+    size_t n = fmt_str(line, "fern: flight recorder: ", 32);
+    n += fmt_str(line + n, r ? "cannot write " : "the last events of every worker are in ", 48);
+    n += fmt_str(line + n, path, sizeof path);
+    line[n++] = '\n';
+    ssize_t w = write(2, line, n);
+    (void)w;
+}

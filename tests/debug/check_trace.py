@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""The tracer's output, read with nothing but Python's json module.
+
+    check_trace.py SCENARIO FERN_TRACE_TOOL
+
+Runs tests/debug/trace_scenario.c twice, traced through $FERN_TRACE and
+through fern_trace_start / fern_trace_stop, and checks each file:
+  - it parses as JSON (a list of trace events);
+  - every worker has a named track ("fern worker N": both workers);
+  - every named thread of the scenario (ping, pong, sleeper, spinner-1,
+    spinner-2) has slices, and each slice says why it ended;
+  - every wake-up has its flow: each run of ping, pong and sleeper that
+    follows a park begins with a flow's end ("f"), whose start ("s", same
+    id) comes earlier on some track; and each "f" has its "s";
+  - a spinner was preempted: a "preempted" instant event and a spinner slice
+    that ended "preempted";
+  - the sleeper parks on "sleep", ping and pong on channels;
+  - slices on one track nest: sorted by start, each ends before the slice
+    that encloses it ends (no partial overlap);
+  - the thread counter was sampled.
+Then runs the summary tool (bin/fern-trace) on the first file and checks
+that it names the scenario's threads and prints latency percentiles.
+"""
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+NAMES = ["ping", "pong", "sleeper", "spinner-1", "spinner-2"]
+
+
+def fail(msg):
+    print("check_trace: FAIL: " + msg)
+    sys.exit(1)
+
+
+def check(path):
+    with open(path) as f:
+        ev = json.load(f)
+    if not isinstance(ev, list) or not ev:
+        fail(path + ": not a list of events")
+    tracks = {e["tid"]: e["args"]["name"] for e in ev
+              if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    workers = {t for t, n in tracks.items() if n.startswith("fern worker")}
+    if len(workers) < 2:
+        fail("%s: %d named worker tracks, expected 2: %r" % (path, len(workers), tracks))
+    slices = [e for e in ev if e.get("ph") == "X"]
+    for s in slices:
+        if s["tid"] in workers or s.get("cat") == "run":
+            if s["tid"] not in tracks:
+                fail("slice on an unnamed track: %r" % s)
+    by_name = collections.defaultdict(list)
+    for s in slices:
+        if s.get("cat") == "run":
+            by_name[s["name"]].append(s)
+            if "end" not in s.get("args", {}):
+                fail("a run slice without its end reason: %r" % s)
+    for n in NAMES:
+        if not by_name[n]:
+            fail("%s: no slice for thread %s (slices: %s)" % (path, n, sorted(by_name)))
+    starts = {}
+    for e in ev:
+        if e.get("ph") == "s":
+            starts[e["id"]] = e
+    ends = [e for e in ev if e.get("ph") == "f"]
+    for e in ends:
+        s = starts.get(e["id"])
+        if not s:
+            fail("flow end without its start: %r" % e)
+        if s["ts"] > e["ts"]:
+            fail("flow ends before it starts: %r %r" % (s, e))
+    end_at = collections.defaultdict(set)
+    for e in ends:
+        end_at[e["tid"]].add(e["ts"])
+    wakeups = 0
+    for n in ["ping", "pong", "sleeper"]:
+        runs = sorted(by_name[n], key=lambda s: s["ts"])
+        for prev, cur in zip(runs, runs[1:]):
+            if prev["args"]["end"] != "park":
+                continue
+            wakeups += 1
+            if cur["ts"] not in end_at[cur["tid"]]:
+                fail("%s's run at %s follows a park but no flow ends there" % (n, cur["ts"]))
+    if wakeups < 600:
+        fail("%d wake-ups of ping, pong and sleeper, expected >= 600" % wakeups)
+    if not any(e.get("ph") == "i" and e["name"] == "preempted" for e in ev):
+        fail("no preemption event")
+    if not any(s["args"]["end"] == "preempted" for n in ("spinner-1", "spinner-2") for s in by_name[n]):
+        fail("no spinner slice ended preempted")
+    if not any(s["args"]["end"] == "park" and s["args"].get("on") == "sleep" for s in by_name["sleeper"]):
+        fail("the sleeper never parked on sleep")
+    for n in ("ping", "pong"):
+        if not any(s["args"].get("on", "").startswith("chan") for s in by_name[n]):
+            fail("%s never parked on a channel" % n)
+    per_track = collections.defaultdict(list)
+    for s in slices:
+        per_track[s["tid"]].append(s)
+    nested = 0
+    for tid, ss in per_track.items():
+        ss.sort(key=lambda s: (s["ts"], -s["dur"]))
+        stack = []
+        for s in ss:
+            b, e = s["ts"], s["ts"] + s["dur"]
+            while stack and stack[-1] <= b + 1e-9:
+                stack.pop()
+            if stack and e > stack[-1] + 1e-6:
+                fail("slices overlap on track %s: one ends at %s, %r ends at %s" % (tid, stack[-1], s, e))
+            stack.append(e)
+            nested += 1
+    if not any(e.get("ph") == "C" and e["name"] == "threads" for e in ev):
+        fail("no thread counter")
+    print("check_trace: %s: %d events, %d worker tracks, %d slices, %d flows, %d wake-ups checked"
+          % (path, len(ev), len(workers), nested, len(ends), wakeups))
+
+
+def main():
+    prog, tool = sys.argv[1], sys.argv[2]
+    with tempfile.TemporaryDirectory() as d:
+        env_path = os.path.join(d, "env.json")
+        env = dict(os.environ, FERN_TRACE=env_path)
+        r = subprocess.run([prog], env=env, timeout=120)
+        if r.returncode:
+            fail("the scenario under FERN_TRACE exited %d" % r.returncode)
+        check(env_path)
+        api_path = os.path.join(d, "api.json")
+        env = dict(os.environ)
+        env.pop("FERN_TRACE", None)
+        r = subprocess.run([prog, api_path], env=env, timeout=120)
+        if r.returncode:
+            fail("the scenario with fern_trace_start exited %d" % r.returncode)
+        check(api_path)
+        out = subprocess.run([sys.executable, tool, env_path], capture_output=True, text=True,
+                             timeout=120)
+        if out.returncode:
+            fail("fern-trace exited %d: %s" % (out.returncode, out.stderr))
+        for n in NAMES + ["p50", "p99", "fern worker 0"]:
+            if n not in out.stdout:
+                fail("fern-trace's summary lacks %r:\n%s" % (n, out.stdout))
+        print("check_trace: fern-trace summary OK")
+
+
+if __name__ == "__main__":
+    main()
