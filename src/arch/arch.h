@@ -11,6 +11,9 @@
  *                        later one (StoreLoad included)
  *   arch_cycles()        a cheap counter of ticks (x86 rdtsc, Arm cntvct_el0)
  *                        for the tracer's timestamps (debug/trace.c)
+ *   ARCH_JUMP_IF_SET(flag, label)  (optional) jump to label if a 32-bit
+ *                        global is nonzero, in as few instructions as the
+ *                        CPU allows; without it, a plain test (base/trace.h)
  *   ARCH_TLS_LOAD(var)   read an initial-exec __thread pointer variable
  *                        with a volatile asm that also clobbers memory, so
  *                        the read is redone at each use and never moved

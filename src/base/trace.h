@@ -83,11 +83,30 @@ extern uint64_t trace_t0 __attribute__((visibility("hidden")));
  * is set up again by its owner before it records. */
 extern uint32_t trace_session __attribute__((visibility("hidden")));
 
+#if defined(ARCH_JUMP_IF_SET) && !defined(FERN_TSAN)
+/* Two instructions, and the call's stack frame, if it needs one, only on
+ * the cold path (GCC shrink-wraps it there). */
+#if defined(__clang__)
+#define TRACE_COLD_
+#else
+#define TRACE_COLD_ __attribute__((cold))
+#endif
+#define TRACE(call)                               \
+    do {                                          \
+        __label__ trace_on_, trace_off_;          \
+        ARCH_JUMP_IF_SET(trace_on, trace_on_);    \
+        goto trace_off_;                          \
+    trace_on_: TRACE_COLD_;                       \
+        call;                                     \
+    trace_off_:;                                  \
+    } while (0)
+#else
 #define TRACE(call)                               \
     do {                                          \
         if (unlikely(LOAD_RELAXED(&trace_on)))    \
             call;                                 \
     } while (0)
+#endif
 
 static inline uint64_t trace_clock(void)
 {

@@ -81,10 +81,10 @@ void sched_ready(fern_thread *t)
 {
     struct worker *w = worker_self();
     PROBE1(wake, t->id);
-    if (unlikely(LOAD_RELAXED(&trace_on))) {
+    TRACE({
         ready_traced(w, t);
         return;
-    }
+    });
     ready(w, t);
 }
 
@@ -115,10 +115,10 @@ static __attribute__((noinline)) void ready_tail_traced(fern_thread *t)
 void sched_ready_tail(fern_thread *t)
 {
     PROBE1(wake, t->id);
-    if (unlikely(LOAD_RELAXED(&trace_on))) { /* apart: as ready_traced */
+    TRACE({ /* apart: as ready_traced */
         ready_tail_traced(t);
         return;
-    }
+    });
     ready_last(worker_self(), t);
 }
 
@@ -149,9 +149,9 @@ static __attribute__((noinline)) void spawned_traced(struct worker *w, fern_thre
 void sched_spawned(fern_thread *t)
 {
     struct worker *w = worker_self();
-    if (unlikely(LOAD_RELAXED(&trace_on))) { /* apart: as ready_traced */
+    TRACE({ /* apart: as ready_traced */
         spawned_traced(w, t);
         return;
-    }
+    });
     spawned(w, t);
 }

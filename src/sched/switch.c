@@ -92,8 +92,7 @@ static void switch_to(struct worker *w, fern_thread *cur, fern_thread *next, boo
      * callee-saved register anyway) is live across the call, so the event
      * point costs the switch no stack frame. */
     void *sp = next->sp;
-    if (unlikely(LOAD_RELAXED(&trace_on)))
-        sp = trace_switch(w, cur, next);
+    TRACE(sp = trace_switch(w, cur, next));
 #ifdef FERN_ASAN
     if (next == &w->g0)
         __sanitizer_start_switch_fiber(dying ? NULL : &cur->asan_fake, w->g0_lo, w->g0_size);

@@ -42,6 +42,12 @@ static inline void full_fence(void)
  * constant_tsc and nonstop_tsc (debug/trace.c checks). */
 static inline uint64_t arch_cycles(void) { return __builtin_ia32_rdtsc(); }
 
+/* Jump to `label` if the 32-bit word `flag` (a hidden global) is nonzero:
+ * a compare with memory and a branch, where C's relaxed load and test take
+ * three instructions (the tracer's event points, base/trace.h). */
+#define ARCH_JUMP_IF_SET(flag, label) \
+    __asm__ goto("cmpl $0, %0\n\tjne %l1" : : "m"(flag) : "cc" : label)
+
 /* Two instructions: the variable's offset from the GOT, then a load
  * relative to the thread pointer in fs. */
 #define ARCH_TLS_LOAD(var)                                        \
