@@ -5,7 +5,11 @@
  * (server and client green threads share the workers), prints the results and
  * stops the server.
  *
- *   echo [--conns 64] [--size 64] [--duration 3 | --count N] [--workers N]
+ *   echo [--conns 64] [--size 64] [--duration 3 | --count N] [--workers N] [--trace FILE]
+ *
+ * --trace records the run with fern's tracer (fern_trace_start; open FILE in
+ * Perfetto, or summarise it with fern-trace): what tracing costs is the
+ * difference in round trips per second from an untraced run.
  *
  * The server and the client are examples/echo_server.c and echo_client.c,
  * compiled in without their main functions.
@@ -48,21 +52,23 @@ static void *echo_main(void *unused)
 static void usage(void)
 {
     fprintf(stderr, "usage: echo [--conns N] [--size BYTES] [--duration SECONDS | --count N]"
-                    " [--workers N]\n");
+                    " [--workers N] [--trace FILE]\n");
     exit(2);
 }
 
 int main(int argc, char **argv)
 {
     unsigned workers = 0;
+    const char *trace = NULL;
     static const struct option opts[] = {{"conns", required_argument, NULL, 'c'},
                                          {"size", required_argument, NULL, 's'},
                                          {"duration", required_argument, NULL, 'd'},
                                          {"count", required_argument, NULL, 'n'},
                                          {"workers", required_argument, NULL, 'w'},
+                                         {"trace", required_argument, NULL, 't'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
-    for (int c; (c = getopt_long(argc, argv, "c:s:d:n:w:h", opts, NULL)) != -1;) {
+    for (int c; (c = getopt_long(argc, argv, "c:s:d:n:w:t:h", opts, NULL)) != -1;) {
         char *end = NULL;
         switch (c) {
         case 'c':
@@ -80,6 +86,10 @@ int main(int argc, char **argv)
         case 'w':
             workers = (unsigned)strtoul(optarg, &end, 10);
             break;
+        case 't':
+            trace = optarg;
+            end = optarg + strlen(optarg);
+            break;
         default:
             usage();
         }
@@ -92,8 +102,12 @@ int main(int argc, char **argv)
     fern_config cfg = {.workers = workers, .stack_size = 0};
     void *failed = NULL;
     int r = fern_init(&cfg);
+    if (!r && trace && (r = fern_trace_start(trace)))
+        fprintf(stderr, "echo: --trace %s: %s\n", trace, strerror(r));
     if (!r)
         r = fern_run(echo_main, NULL, &failed);
+    if (!r && trace && (r = fern_trace_stop()))
+        fprintf(stderr, "echo: --trace %s: %s\n", trace, strerror(r));
     if (r) {
         fprintf(stderr, "echo: %s\n", strerror(r));
         return 1;

@@ -81,6 +81,7 @@ static struct {
     uint32_t stop;              /* the writer's last drain is due */
     int err;                    /* the first write error */
     uint64_t written;           /* events formatted */
+    uint64_t writer_cpu_ns;     /* the writer thread's CPU time, at its end */
     /* the registry: buffers set up for this session, append-only */
     uint32_t reg_lock;
     uint32_t ntracks;
@@ -166,7 +167,7 @@ static bool buf_list(struct trace_buf *b, uint32_t session)
  * (see the top); NULL if it cannot have one. */
 static __attribute__((noinline)) struct trace_buf *buf_setup(struct worker *w)
 {
-    uint32_t session = LOAD_RELAXED(&trace_session);
+    uint32_t session = LOAD(&trace_session); /* then the session's settings */
     uint32_t events = LOAD_RELAXED(&S.events);
     bool ring = LOAD_RELAXED(&S.ring);
     struct trace_buf *b = w->trace;
@@ -759,6 +760,10 @@ static void format_end(struct fmt *f, uint64_t ts, uint64_t dropped)
     p = pu(p, f->events);
     p = ps(p, ",\"dropped\":");
     p = pu(p, dropped);
+    if (!S.ring) {
+        p = ps(p, ",\"writer_cpu_us\":");
+        p = pu(p, S.writer_cpu_ns / 1000);
+    }
     p = ps(p, ",\"clock\":\"");
     p = ps(p, trace_tsc ? "cycle counter" : "CLOCK_MONOTONIC");
     p = ps(p, "\"}}\n]\n");
@@ -906,8 +911,13 @@ static void *writer_main(void *arg)
             counters(f);
             next_counter = now + COUNTER_NS;
         }
-        if (last)
+        if (last) {
+            /* What the writer cost, for the file's last record. */
+            struct timespec cpu;
+            clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
+            S.writer_cpu_ns = (uint64_t)cpu.tv_sec * 1000000000u + (uint64_t)cpu.tv_nsec;
             break;
+        }
         out_flush(f);
         /* A buffer a quarter full or more: come back sooner. */
         nap = most ? WRITER_NS / 4 : WRITER_NS;
@@ -974,8 +984,8 @@ static int start_locked(const char *spec, uint32_t events)
         return ENOMEM;
     }
     strcpy(S.path, path);
-    S.ring = ring;
-    S.events = events;
+    STORE_RELAXED(&S.ring, ring);
+    STORE_RELAXED(&S.events, events);
     S.fd = fd;
     S.err = 0;
     S.stop = 0;
@@ -984,7 +994,7 @@ static int start_locked(const char *spec, uint32_t events)
     /* A new session number: every buffer is set up again (buf_of). */
     spin_lock(&S.reg_lock);
     uint32_t session = trace_session + 1 ? trace_session + 1 : 1;
-    STORE_RELAXED(&trace_session, session);
+    STORE(&trace_session, session); /* after the settings (buf_setup) */
     S.ntracks = 0;
     S.nclusters = 0;
     spin_unlock(&S.reg_lock);

@@ -139,6 +139,20 @@ def main():
         for n in NAMES + ["p50", "p99", "fern worker 0"]:
             if n not in out.stdout:
                 fail("fern-trace's summary lacks %r:\n%s" % (n, out.stdout))
+        # The timeline: a PNG where matplotlib is installed, else a clear
+        # refusal (exit 2) naming the package.
+        png = os.path.join(d, "t.png")
+        out = subprocess.run([sys.executable, tool, env_path, "--png", png], capture_output=True,
+                             text=True, timeout=300)
+        try:
+            import matplotlib  # noqa: F401
+            if out.returncode or open(png, "rb").read(8) != b"\x89PNG\r\n\x1a\n":
+                fail("fern-trace --png wrote no PNG: %s" % out.stderr)
+            print("check_trace: fern-trace --png OK")
+        except ImportError:
+            if out.returncode != 2 or "matplotlib" not in out.stderr:
+                fail("fern-trace --png without matplotlib: exit %d, %r" % (out.returncode, out.stderr))
+            print("check_trace: fern-trace --png refuses without matplotlib, as it should")
         print("check_trace: fern-trace summary OK")
 
 

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #define ROUNDS 300
-#define SPIN_NS 60000000 /* six 10 ms slices each */
+#define SPIN_NS 100000000 /* ten 10 ms slices each */
 
 static fern_chan *to_pong, *to_ping;
 
@@ -47,19 +47,29 @@ static void *pong(void *arg)
 static void *sleeper(void *arg)
 {
     (void)arg;
-    for (int i = 0; i < 5; i++)
+    /* Wakes needing a worker while the spinners hold both: they are
+     * preempted for it. */
+    for (int i = 0; i < 20; i++)
         fern_sleep_ns(3000000);
     return NULL;
 }
 
+/* Spins, taking a lock of its own now and then: never contended, so it
+ * never parks, and it is preempted at the end of its slice (under
+ * ThreadSanitizer, where preemption happens only at such calls, too). */
 static void *spinner(void *arg)
 {
     (void)arg;
+    fern_mutex m;
+    memset(&m, 0, sizeof m);
     volatile unsigned long x = 0;
     int64_t end = fern_now_ns() + SPIN_NS;
-    while (fern_now_ns() < end)
+    while (fern_now_ns() < end) {
+        fern_mutex_lock(&m);
         for (int i = 0; i < 1000; i++)
             x += (unsigned long)i;
+        fern_mutex_unlock(&m);
+    }
     return NULL;
 }
 

@@ -174,6 +174,20 @@ man_pages() {
 }
 check man-pages man_pages
 
+# fern-trace (bin/fern-trace) is installed beside the library with its man
+# page: it runs from the prefix, summarises a trace written by FERN_TRACE
+# (the scratch program, run from the prefix) and `man fern-trace` finds it.
+fern_trace_installed() {
+    bin="$prefix/bin/fern-trace"
+    [ -x "$bin" ] || { echo "no $bin"; return 1; }
+    MANPATH="$prefix/share/man" man -w fern-trace | grep -q "$prefix/share/man/man1/fern-trace.1" ||
+        { echo "man fern-trace does not find the installed page"; return 1; }
+    t="$work/trace.json"
+    FERN_TRACE="$t" "$work/prog" >/dev/null || { echo "the traced program failed"; return 1; }
+    "$bin" "$t" | grep -q "^workers:" || { echo "fern-trace printed no summary of $t"; return 1; }
+}
+check fern-trace fern_trace_installed
+
 # fern-memcached (apps/memcached/) is installed with the library when the
 # examples are built (FERN_BUILD_EXAMPLES, on in `make build`): it runs from
 # the prefix without LD_LIBRARY_PATH, its --help and its man page describe
