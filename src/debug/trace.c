@@ -362,7 +362,28 @@ static inline char *ps(char *p, const char *s)
         *p++ = *s++;
     return p;
 }
-static inline char *pu(char *p, uint64_t v) { return p + fmt_u64(p, v); }
+/* A string literal: its length is known, so a memcpy the compiler inlines. */
+#define PL(p, lit) ((char *)memcpy((p), lit, sizeof lit - 1) + sizeof lit - 1)
+/* Decimal, two digits per division (by a constant: a multiplication). */
+static inline char *pu(char *p, uint64_t v)
+{
+    static const char d2[201] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839404142434445464748495051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899";
+    char tmp[20], *e = tmp + sizeof tmp, *q = e;
+    while (v >= 100) {
+        unsigned r = (unsigned)(v % 100);
+        v /= 100;
+        q -= 2;
+        memcpy(q, d2 + 2 * r, 2);
+    }
+    if (v >= 10) {
+        q -= 2;
+        memcpy(q, d2 + 2 * v, 2);
+    } else {
+        *--q = (char)('0' + v);
+    }
+    memcpy(p, q, (size_t)(e - q));
+    return p + (e - q);
+}
 static char *phex(char *p, uint64_t v)
 {
     static const char d[] = "0123456789abcdef";
@@ -404,13 +425,13 @@ static char *pjs(char *p, const char *s, size_t max)
 }
 static char *phead(struct fmt *f, char *p, const char *ph, int64_t tid, uint64_t ts)
 {
-    p = ps(p, "{\"ph\":\"");
+    p = PL(p, "{\"ph\":\"");
     p = ps(p, ph);
-    p = ps(p, "\",\"pid\":");
+    p = PL(p, "\",\"pid\":");
     p = pu(p, (uint64_t)f->pid);
-    p = ps(p, ",\"tid\":");
+    p = PL(p, ",\"tid\":");
     p = pu(p, (uint64_t)tid);
-    p = ps(p, ",\"ts\":");
+    p = PL(p, ",\"ts\":");
     return pts(p, ts);
 }
 static inline void line_end(struct fmt *f, char *p)
@@ -435,7 +456,7 @@ static char *pname(char *p, const fern_thread *t, uint64_t id)
     name[n] = 0;
     if (n)
         return pjs(p, name, 31);
-    p = ps(p, "thread ");
+    p = PL(p, "thread ");
     return pu(p, id);
 }
 
@@ -445,22 +466,22 @@ static void track_name(struct fmt *f, const struct trace_buf *b, struct trk *k)
         return;
     k->named = 1;
     char *p = room(f);
-    p = ps(p, "{\"ph\":\"M\",\"pid\":");
+    p = PL(p, "{\"ph\":\"M\",\"pid\":");
     p = pu(p, (uint64_t)f->pid);
-    p = ps(p, ",\"tid\":");
+    p = PL(p, ",\"tid\":");
     p = pu(p, (uint64_t)b->tid);
-    p = ps(p, ",\"name\":\"thread_name\",\"args\":{\"name\":\"");
+    p = PL(p, ",\"name\":\"thread_name\",\"args\":{\"name\":\"");
     p = pjs(p, b->label, sizeof b->label);
-    p = ps(p, "\"}");
+    p = PL(p, "\"}");
     line_end(f, p);
     p = room(f);
-    p = ps(p, "{\"ph\":\"M\",\"pid\":");
+    p = PL(p, "{\"ph\":\"M\",\"pid\":");
     p = pu(p, (uint64_t)f->pid);
-    p = ps(p, ",\"tid\":");
+    p = PL(p, ",\"tid\":");
     p = pu(p, (uint64_t)b->tid);
-    p = ps(p, ",\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":");
+    p = PL(p, ",\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":");
     p = pu(p, b->track);
-    p = ps(p, "}");
+    p = PL(p, "}");
     line_end(f, p);
 }
 
@@ -488,26 +509,26 @@ static void slice_close(struct fmt *f, const struct trace_buf *b, struct trk *k,
     uint64_t begin = k->ts <= ts ? k->ts : ts;
     char *p = room(f);
     p = phead(f, p, "X", b->tid, begin);
-    p = ps(p, ",\"dur\":");
+    p = PL(p, ",\"dur\":");
     p = pts(p, ts - begin);
     if (k->open == 2) {
-        p = ps(p, ",\"name\":\"idle\",\"cat\":\"idle\"");
+        p = PL(p, ",\"name\":\"idle\",\"cat\":\"idle\"");
     } else {
-        p = ps(p, ",\"name\":\"");
+        p = PL(p, ",\"name\":\"");
         p = pname(p, k->desc, k->id);
-        p = ps(p, "\",\"cat\":\"run\",\"args\":{\"thread\":");
+        p = PL(p, "\",\"cat\":\"run\",\"args\":{\"thread\":");
         p = pu(p, k->id);
-        p = ps(p, ",\"end\":\"");
+        p = PL(p, ",\"end\":\"");
         p = ps(p, why_name(type, k->pend));
         *p++ = '"';
         const char *what = type == TR_PARK && e ? (const char *)(uintptr_t)e->c : NULL;
         if (what) {
-            p = ps(p, ",\"on\":\"");
+            p = PL(p, ",\"on\":\"");
             p = pjs(p, what, 40);
             *p++ = '"';
         }
         if (type == TR_PARK && e && e->b) {
-            p = ps(p, ",\"obj\":\"");
+            p = PL(p, ",\"obj\":\"");
             p = phex(p, e->b);
             *p++ = '"';
         }
@@ -523,15 +544,15 @@ static void flow(struct fmt *f, int64_t tid, uint64_t ts, const char *ph, uint64
 {
     char *p = room(f);
     p = phead(f, p, ph, tid, ts);
-    p = ps(p, ",\"id\":");
+    p = PL(p, ",\"id\":");
     p = pu(p, id);
-    p = ps(p, ",\"cat\":\"");
+    p = PL(p, ",\"cat\":\"");
     p = ps(p, name);
-    p = ps(p, "\",\"name\":\"");
+    p = PL(p, "\",\"name\":\"");
     p = ps(p, name);
     *p++ = '"';
     if (*ph == 'f')
-        p = ps(p, ",\"bp\":\"e\"");
+        p = PL(p, ",\"bp\":\"e\"");
     line_end(f, p);
 }
 
@@ -539,9 +560,9 @@ static char *instant_head(struct fmt *f, int64_t tid, uint64_t ts, const char *n
 {
     char *p = room(f);
     p = phead(f, p, "i", tid, ts);
-    p = ps(p, ",\"s\":\"t\",\"name\":\"");
+    p = PL(p, ",\"s\":\"t\",\"name\":\"");
     p = ps(p, name);
-    return ps(p, "\",\"args\":{");
+    return PL(p, "\",\"args\":{");
 }
 
 static void label_of_track(char *out, uint64_t track)
@@ -602,42 +623,42 @@ static void format_outside(struct fmt *f, const struct trace_ev *e, unsigned typ
             break;
         p = room(f);
         p = phead(f, p, "X", tid, j->ts);
-        p = ps(p, ",\"dur\":");
+        p = PL(p, ",\"dur\":");
         p = pts(p, ts >= j->ts ? ts - j->ts : 0);
-        p = ps(p, ",\"name\":\"fern_blocking job\",\"cat\":\"blocking\",\"args\":{\"for_thread\":");
+        p = PL(p, ",\"name\":\"fern_blocking job\",\"cat\":\"blocking\",\"args\":{\"for_thread\":");
         p = pu(p, j->caller);
-        p = ps(p, ",\"fn\":\"");
+        p = PL(p, ",\"fn\":\"");
         p = phex(p, j->fn);
-        p = ps(p, "\"}");
+        p = PL(p, "\"}");
         line_end(f, p);
         j->tid = 0;
         break;
     }
     case TR_POLL:
         p = instant_head(f, tid, ts, "poller wake-up");
-        p = ps(p, "\"events\":");
+        p = PL(p, "\"events\":");
         p = pu(p, e->a);
-        p = ps(p, ",\"by\":\"monitor\"}");
+        p = PL(p, ",\"by\":\"monitor\"}");
         line_end(f, p);
         break;
     case TR_SPARE_START:
         p = instant_head(f, tid, ts, "compensation: spare worker started");
-        p = ps(p, "\"worker\":");
+        p = PL(p, "\"worker\":");
         p = pu(p, e->a);
-        p = ps(p, ",\"rescue\":");
+        p = PL(p, ",\"rescue\":");
         p = pu(p, e->c & 1);
-        p = ps(p, "}");
+        p = PL(p, "}");
         line_end(f, p);
         break;
     case TR_RESCUE: {
         char l[40];
         label_of_track(l, e->a);
         p = instant_head(f, tid, ts, "rescue: threads moved off a worker asleep in the kernel");
-        p = ps(p, "\"from\":\"");
+        p = PL(p, "\"from\":\"");
         p = pjs(p, l, 40);
-        p = ps(p, "\",\"threads\":");
+        p = PL(p, "\",\"threads\":");
         p = pu(p, e->b);
-        p = ps(p, "}");
+        p = PL(p, "}");
         line_end(f, p);
         break;
     }
@@ -698,35 +719,35 @@ static void format_event(struct fmt *f, const struct trace_buf *b, struct trk *k
         if (k->open == 1)
             k->pend = (uint8_t)type;
         p = instant_head(f, b->tid, ts, type == TR_PREEMPT ? "preempted" : "migrate");
-        p = ps(p, "\"thread\":");
+        p = PL(p, "\"thread\":");
         p = pu(p, e->a);
-        p = ps(p, "}");
+        p = PL(p, "}");
         line_end(f, p);
         break;
     case TR_STEAL: {
         char l[40];
         label_of_track(l, e->b);
         p = instant_head(f, b->tid, ts, "steal");
-        p = ps(p, "\"threads\":");
+        p = PL(p, "\"threads\":");
         p = pu(p, e->a);
-        p = ps(p, ",\"from\":\"");
+        p = PL(p, ",\"from\":\"");
         p = pjs(p, l, 40);
-        p = ps(p, "\",\"first\":");
+        p = PL(p, "\",\"first\":");
         p = pu(p, e->c);
-        p = ps(p, "}");
+        p = PL(p, "}");
         line_end(f, p);
         break;
     }
     case TR_POLL:
         p = instant_head(f, b->tid, ts, "poller wake-up");
-        p = ps(p, "\"events\":");
+        p = PL(p, "\"events\":");
         p = pu(p, e->a);
         p = ps(p, e->b ? ",\"slept\":1}" : ",\"slept\":0}");
         line_end(f, p);
         break;
     case TR_SPARE_END:
         p = instant_head(f, b->tid, ts, "compensation: spare worker ends");
-        p = ps(p, "}");
+        p = PL(p, "}");
         line_end(f, p);
         break;
     default:
@@ -737,11 +758,11 @@ static void format_event(struct fmt *f, const struct trace_buf *b, struct trk *k
 static void format_start(struct fmt *f)
 {
     char *p = room(f);
-    p = ps(p, "[\n{\"ph\":\"M\",\"pid\":");
+    p = PL(p, "[\n{\"ph\":\"M\",\"pid\":");
     p = pu(p, (uint64_t)f->pid);
-    p = ps(p, ",\"name\":\"process_name\",\"args\":{\"name\":\"fern (pid ");
+    p = PL(p, ",\"name\":\"process_name\",\"args\":{\"name\":\"fern (pid ");
     p = pu(p, (uint64_t)f->pid);
-    p = ps(p, ")\"}");
+    p = PL(p, ")\"}");
     line_end(f, p);
 }
 
@@ -754,19 +775,19 @@ static void format_end(struct fmt *f, uint64_t ts, uint64_t dropped)
             slice_close(f, S.tracks[i], &f->trk[i + 1], ts > f->trk[i + 1].last ? ts : f->trk[i + 1].last,
                         NULL, 0);
     char *p = room(f);
-    p = ps(p, "{\"ph\":\"M\",\"pid\":");
+    p = PL(p, "{\"ph\":\"M\",\"pid\":");
     p = pu(p, (uint64_t)f->pid);
-    p = ps(p, ",\"name\":\"fern_trace\",\"args\":{\"events\":");
+    p = PL(p, ",\"name\":\"fern_trace\",\"args\":{\"events\":");
     p = pu(p, f->events);
-    p = ps(p, ",\"dropped\":");
+    p = PL(p, ",\"dropped\":");
     p = pu(p, dropped);
     if (!S.ring) {
-        p = ps(p, ",\"writer_cpu_us\":");
+        p = PL(p, ",\"writer_cpu_us\":");
         p = pu(p, S.writer_cpu_ns / 1000);
     }
-    p = ps(p, ",\"clock\":\"");
+    p = PL(p, ",\"clock\":\"");
     p = ps(p, trace_tsc ? "cycle counter" : "CLOCK_MONOTONIC");
-    p = ps(p, "\"}}\n]\n");
+    p = PL(p, "\"}}\n]\n");
     f->n = (size_t)(p - f->buf);
     out_flush(f);
 }
@@ -878,15 +899,15 @@ static void counters(struct fmt *f)
     int64_t parked = live - (int64_t)runnable - (int64_t)running;
     char *p = room(f);
     p = phead(f, p, "C", 0, trace_clock());
-    p = ps(p, ",\"name\":\"threads\",\"args\":{\"running\":");
+    p = PL(p, ",\"name\":\"threads\",\"args\":{\"running\":");
     p = pu(p, running);
-    p = ps(p, ",\"runnable\":");
+    p = PL(p, ",\"runnable\":");
     p = pu(p, runnable);
-    p = ps(p, ",\"parked\":");
+    p = PL(p, ",\"parked\":");
     p = pu(p, parked > 0 ? (uint64_t)parked : 0);
-    p = ps(p, ",\"live\":");
+    p = PL(p, ",\"live\":");
     p = pu(p, live > 0 ? (uint64_t)live : 0);
-    p = ps(p, "}");
+    p = PL(p, "}");
     line_end(f, p);
 }
 
