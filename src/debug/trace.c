@@ -157,6 +157,10 @@ static bool buf_list(struct trace_buf *b, uint32_t session)
         STORE(&S.ntracks, i + 1); /* the writer reads the list up to here */
         ok = true;
     } else if (S.ntracks >= TRACKS_MAX) {
+        /* Not listed: it records for nobody (and drops once full) rather
+         * than ask again at every event. */
+        STORE_RELAXED(&b->session, session);
+        b->tail = LOAD_RELAXED(&b->head);
         S.unlisted++;
     }
     spin_unlock(&S.reg_lock);
@@ -198,7 +202,8 @@ static __attribute__((noinline)) struct trace_buf *buf_setup(struct worker *w)
     if (LOAD(&w->spare))
         p += fmt_str(p, " spare", 8);
     *p = 0;
-    return buf_list(b, session) ? b : NULL;
+    buf_list(b, session);
+    return LOAD_RELAXED(&b->session) == session ? b : NULL;
 }
 
 static inline struct trace_buf *buf_of(struct worker *w)
@@ -962,6 +967,21 @@ static bool is_ring(const char *spec, const char **dir)
     return true;
 }
 
+/* A forked child has no writer thread and must not finish the parent's
+ * file: its session ends without a word (the parent's goes on). */
+static void at_fork_child(void)
+{
+    trace_on = 0;
+    S.active = false;
+    S.writer_running = false;
+    if (S.fd >= 0)
+        close(S.fd);
+    S.fd = -1;
+    pthread_mutex_init(&S.mu, NULL);
+    S.reg_lock = 0;
+    S.dumping = 0;
+}
+
 static void at_exit(void)
 {
     /* A program that returns from main without fern_shutdown still gets
@@ -1044,6 +1064,7 @@ static int start_locked(const char *spec, uint32_t events)
     if (!S.atexit_set) {
         S.atexit_set = true;
         atexit(at_exit);
+        pthread_atfork(NULL, NULL, at_fork_child);
     }
     return 0;
 }
