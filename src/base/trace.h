@@ -114,12 +114,16 @@ static inline uint64_t trace_clock(void)
     return (now - LOAD_RELAXED(&trace_t0)) & TRACE_TS_MASK;
 }
 
-/* A flow id unique within the session (for 8 M flows per buffer): the
- * buffer's track in the top 8 bits, TRACE_FLOW_SPAWN set by a spawn. */
+/* A flow id unique within the session (for 1 M flows per buffer; a viewer
+ * pairs an id's start with its next end, so reuse after that is harmless):
+ * the buffer's track in the top 8 bits, TRACE_FLOW_SPAWN set by a spawn,
+ * a wake-up's kind (TRACE_FLOW_KIND) below it, so both ends of the arrow
+ * can be named after it. */
 #define TRACE_FLOW_SPAWN 0x800000u
+#define TRACE_FLOW_KIND(k) ((uint32_t)(k) << 20)
 static inline uint32_t trace_flow_new(struct trace_buf *b)
 {
-    b->flow_seq = (b->flow_seq + 1) & 0x7fffff;
+    b->flow_seq = (b->flow_seq + 1) & 0xfffff;
     if (!b->flow_seq)
         b->flow_seq = 1;
     return (b->track & 0xff) << 24 | b->flow_seq;

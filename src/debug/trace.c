@@ -259,13 +259,32 @@ void *trace_switch(struct worker *w, fern_thread *cur, fern_thread *next)
     return next->sp;
 }
 
+/* A wake-up's kind, in its flow id: what the arrow is named. */
+enum { WK_HANDOFF, WK_QUEUED, WK_TIMER, WK_POLL, WK_REMOTE };
+static const char *const wake_names[8] = {"handoff", "queued", "timer", "poll", "remote",
+                                          "wake", "wake", "wake"};
+static const char *flow_name(uint64_t id)
+{
+    return id & TRACE_FLOW_SPAWN ? "spawn" : wake_names[(id >> 20) & 7];
+}
+static uint32_t wake_kind(uint64_t flags)
+{
+    if (flags & TRW_REMOTE)
+        return WK_REMOTE;
+    if (flags & TRW_TIMER)
+        return WK_TIMER;
+    if (flags & TRW_POLL)
+        return WK_POLL;
+    return flags & TRW_HANDOFF ? WK_HANDOFF : WK_QUEUED;
+}
+
 void trace_wake(struct worker *w, fern_thread *t, bool tail)
 {
     uint64_t flags = tail ? TRW_TAIL : 0;
     if (!w) {
         uint32_t f = 0;
         put_outside(TR_WAKE, t->id, 0, flags | TRW_REMOTE, &f);
-        t->trace_flow = f;
+        t->trace_flow = f ? f | TRACE_FLOW_KIND(WK_REMOTE) : 0;
         return;
     }
     struct trace_buf *b = buf_of(w);
@@ -279,7 +298,7 @@ void trace_wake(struct worker *w, fern_thread *t, bool tail)
         flags |= TRW_POLL;
     else if (!tail)
         flags |= TRW_HANDOFF;
-    uint32_t f = trace_flow_new(b);
+    uint32_t f = trace_flow_new(b) | TRACE_FLOW_KIND(wake_kind(flags));
     t->trace_flow = f;
     trace_put(b, trace_clock(), TR_WAKE, t->id, f, flags);
 }
@@ -552,7 +571,7 @@ static void flow(struct fmt *f, int64_t tid, uint64_t ts, const char *ph, uint64
     p = PL(p, ",\"id\":");
     p = pu(p, id);
     p = PL(p, ",\"cat\":\"");
-    p = ps(p, name);
+    p = ps(p, id & TRACE_FLOW_SPAWN ? "spawn" : "wake");
     p = PL(p, "\",\"name\":\"");
     p = ps(p, name);
     *p++ = '"';
@@ -609,8 +628,8 @@ static void format_outside(struct fmt *f, const struct trace_ev *e, unsigned typ
         p = ps(p, type == TR_WAKE ? ",\"dur\":0.001,\"name\":\"wake from outside fern\",\"cat\":\"outside\""
                                   : ",\"dur\":0.001,\"name\":\"spawn from outside fern\",\"cat\":\"outside\"");
         line_end(f, p);
-        flow(f, tid, ts, "s", type == TR_WAKE ? e->b : e->b | TRACE_FLOW_SPAWN,
-             type == TR_WAKE ? "wake" : "spawn");
+        uint64_t id = type == TR_WAKE ? e->b | TRACE_FLOW_KIND(WK_REMOTE) : e->b | TRACE_FLOW_SPAWN;
+        flow(f, tid, ts, "s", id, flow_name(id));
         break;
     }
     case TR_BLOCK_BEGIN: {
@@ -696,7 +715,7 @@ static void format_event(struct fmt *f, const struct trace_buf *b, struct trk *k
         k->ts = ts;
         k->desc = (const fern_thread *)(uintptr_t)e->c;
         if (e->b)
-            flow(f, b->tid, ts, "f", e->b, e->b & TRACE_FLOW_SPAWN ? "spawn" : "wake");
+            flow(f, b->tid, ts, "f", e->b, flow_name(e->b));
         break;
     case TR_YIELD:
     case TR_PARK:
@@ -717,7 +736,7 @@ static void format_event(struct fmt *f, const struct trace_buf *b, struct trk *k
             k->open = 2;
             k->ts = ts;
         }
-        flow(f, b->tid, ts, "s", e->b, type == TR_WAKE ? "wake" : "spawn");
+        flow(f, b->tid, ts, "s", e->b, flow_name(e->b));
         break;
     case TR_PREEMPT:
     case TR_MIGRATE:
