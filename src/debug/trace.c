@@ -1075,7 +1075,7 @@ static int start_locked(const char *spec, uint32_t events)
             return r;
         }
         pthread_setname_np(S.writer, "fern-trace");
-        S.writer_running = true;
+        STORE_RELAXED(&S.writer_running, true); /* read by trace_threads */
     } else {
         STORE(&trace_on, 1);
     }
@@ -1110,7 +1110,7 @@ int fern_trace_stop(void)
     if (S.writer_running) {
         STORE(&S.stop, 1);
         pthread_join(S.writer, NULL);
-        S.writer_running = false;
+        STORE_RELAXED(&S.writer_running, false);
         uint64_t dropped = dropped_total();
         format_end(&W, trace_clock(), dropped);
         if (W.err)
@@ -1157,8 +1157,7 @@ int trace_init(void)
  * buffers (nobody can write them any more). */
 void trace_fini(void)
 {
-    if (S.active)
-        fern_trace_stop();
+    fern_trace_stop(); /* EINVAL if no session runs */
     pthread_mutex_lock(&S.mu);
     spin_lock(&S.reg_lock);
     for (uint32_t i = 0; i < S.nheld; i++)
