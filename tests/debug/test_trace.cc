@@ -219,6 +219,20 @@ TEST_F(Trace, SecondStartIsEbusyAndStopEndsTheFile) {
     EXPECT_EQ(std::string::npos, text.find("tracer-ping"));
 }
 
+TEST_F(Trace, WriteErrorIsReportedByStop) {
+    // /dev/full opens, and every write fails with ENOSPC: the session runs
+    // on (the workers never wait), and stop reports the first error.
+    ASSERT_EQ(0, fern_trace_start("/dev/full"));
+    ping_pong(1000);
+    EXPECT_EQ(ENOSPC, fern_trace_stop());
+    EXPECT_EQ(EINVAL, fern_trace_stop());
+    // The next session starts clean.
+    std::string path = dir + "/after.json";
+    ASSERT_EQ(0, fern_trace_start(path.c_str()));
+    EXPECT_EQ(0, fern_trace_stop());
+    expect_complete(slurp(path));
+}
+
 TEST_F(Trace, StartsBeforeTheRuntimeAndEndsAtShutdown) {
     ASSERT_EQ(0, fern_shutdown());
     std::string path = dir + "/early.json";
