@@ -354,6 +354,7 @@ struct fmt {
     uint64_t events;
     int pid;
     struct trk *trk;    /* [TRACKS_MAX + 1], by track */
+    struct name_slot *names; /* [NAMES], or NULL */
     struct job_open jobs[OUTSIDE_SLOTS];
 };
 
@@ -470,14 +471,52 @@ static inline void line_end(struct fmt *f, char *p)
 /* The thread's name for a slice: its name if its descriptor still holds
  * it (a descriptor lives until shutdown; a reused one has another id),
  * else "thread ID". */
-static char *pname(char *p, const fern_thread *t, uint64_t id)
+static size_t name_read(const fern_thread *t, uint64_t id, char name[32])
 {
-    char name[32];
     size_t n = 0;
     if (t && LOAD_RELAXED(&t->id) == id)
         for (; n < 31 && (name[n] = LOAD_RELAXED(&t->name[n])) != 0; n++)
             ;
     name[n] = 0;
+    return n;
+}
+
+/* The writer's names, by thread id: a descriptor's name shares its cache
+ * line with the fields a wake-up and a switch write (trace_flow), so
+ * reading it at every slice would pull that line away from the workers
+ * each time. A name is read again every NAME_REREAD slices (fern_set_name
+ * shows within that many), and a slot is taken over by the latest id that
+ * hashes to it. The crash path has no cache (f->names NULL). */
+#define NAMES 4096
+#define NAME_REREAD 256
+struct name_slot {
+    uint64_t id;
+    uint32_t uses;
+    uint8_t len;
+    char name[32];
+};
+
+static char *pname(struct fmt *f, char *p, const fern_thread *t, uint64_t id)
+{
+    char buf[32];
+    const char *name = buf;
+    size_t n;
+    struct name_slot *c = f->names ? &f->names[(id * 0x9e3779b97f4a7c15u) >> 52] : NULL;
+    if (c && c->id == id && ++c->uses % NAME_REREAD) {
+        name = c->name;
+        n = c->len;
+    } else {
+        n = name_read(t, id, buf);
+        if (c && (n || c->id != id)) { /* a reused descriptor keeps the name it had */
+            c->id = id;
+            c->uses = 1;
+            c->len = (uint8_t)n;
+            memcpy(c->name, buf, n + 1);
+        } else if (c && !n) {
+            name = c->name;
+            n = c->len;
+        }
+    }
     if (n)
         return pjs(p, name, 31);
     p = PL(p, "thread ");
@@ -539,7 +578,7 @@ static void slice_close(struct fmt *f, const struct trace_buf *b, struct trk *k,
         p = PL(p, ",\"name\":\"idle\",\"cat\":\"idle\"");
     } else {
         p = PL(p, ",\"name\":\"");
-        p = pname(p, k->desc, k->id);
+        p = pname(f, p, k->desc, k->id);
         p = PL(p, "\",\"cat\":\"run\",\"args\":{\"thread\":");
         p = pu(p, k->id);
         p = PL(p, ",\"end\":\"");
@@ -1063,8 +1102,11 @@ static int start_locked(const char *spec, uint32_t events)
     STORE(&S.outside, out);
     buf_list(out, session);
     if (!ring) {
+        static struct name_slot W_names[NAMES];
         memset(W_trk, 0, sizeof W_trk);
-        W = (struct fmt){.fd = fd, .buf = W.buf, .cap = OUT_CAP, .pid = getpid(), .trk = W_trk};
+        memset(W_names, 0, sizeof W_names);
+        W = (struct fmt){.fd = fd, .buf = W.buf, .cap = OUT_CAP, .pid = getpid(), .trk = W_trk,
+                         .names = W_names};
         format_start(&W);
         STORE(&trace_on, 1);
         int r = pthread_create(&S.writer, NULL, writer_main, NULL);
