@@ -15,8 +15,8 @@
  * the count in the trace and on stderr); a worker never waits for the
  * writer. A flight-recorder buffer (`ring`) is never drained: it
  * overwrites its oldest event, and a reader copies the last events and then
- * discards those the owner may have overwritten meanwhile (trace.c:
- * ring_copy), so every field is stored and loaded with relaxed atomics.
+ * discards those the owner may have overwritten meanwhile (debug/trace.c:
+ * ring_format), so every field is stored and loaded with relaxed atomics.
  *
  * Threads that are no worker (the monitor, fern_blocking's helpers, plain
  * threads waking green ones) share one more buffer under a spin lock:
