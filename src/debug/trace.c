@@ -32,8 +32,9 @@
  * counter every COUNTER_NS. Times are microseconds since the session began.
  *
  * Writer. In file mode a kernel thread ("fern-trace") drains every buffer
- * each WRITER_NS (sooner while they fill fast), formats with hand-written
- * number formatting (no stdio: the same code serves the crash path) and
+ * when the fullest is about an eighth full (every 0.25 to 10 ms), formats
+ * with hand-written number formatting (no stdio: the same code serves the
+ * crash path) and
  * write()s in large blocks; fern_trace_stop joins it after its last drain.
  * The flight recorder (FERN_TRACE=ring) has no writer: its buffers are
  * rings, and a dump (fern_dump and so the dump signal, a deadlock report, a
@@ -53,9 +54,10 @@
 #define OUTSIDE_SLOTS 64           /* fern_blocking helpers' open jobs, per formatter */
 #define EVENTS_STREAM 65536u       /* default slots per buffer, file mode */
 #define EVENTS_RING 16384u         /* default slots per buffer, flight recorder */
-#define WRITER_NS 2000000          /* the writer's period, at most */
+#define WRITER_MIN_NS 250000       /* the writer's period: at least */
+#define WRITER_MAX_NS 10000000     /* ... and at most */
 #define COUNTER_NS 10000000        /* counter samples */
-#define OUT_CAP ((size_t)1 << 20)  /* the writer's output block */
+#define OUT_CAP ((size_t)1 << 16)  /* the writer's output block: stays in cache */
 #define RING_OUT_CAP ((size_t)1 << 16)
 
 uint32_t trace_on;
@@ -979,16 +981,16 @@ static void *writer_main(void *arg)
     (void)arg;
     struct fmt *f = &W;
     int64_t next_counter = 0;
-    int64_t nap = WRITER_NS;
+    int64_t nap = WRITER_MIN_NS * 4;
     for (;;) {
         bool last = LOAD(&S.stop);
         uint32_t n = LOAD(&S.ntracks);
-        uint64_t most = 0;
+        double fill = 0; /* the fullest buffer's share drained now */
         for (uint32_t i = 0; i < n; i++) {
             uint64_t got = drain(f, i);
-            uint64_t cap = (uint64_t)S.tracks[i]->mask + 1;
-            if (got * 4 > cap && got > most)
-                most = got;
+            double share = (double)got / ((double)S.tracks[i]->mask + 1);
+            if (share > fill)
+                fill = share;
         }
         int64_t now = fern_now_ns();
         if (now >= next_counter && !last) {
@@ -1003,8 +1005,15 @@ static void *writer_main(void *arg)
             break;
         }
         out_flush(f);
-        /* A buffer a quarter full or more: come back sooner. */
-        nap = most ? WRITER_NS / 4 : WRITER_NS;
+        /* Come back when the fullest buffer is about an eighth full, at
+         * the rate it filled: each wake-up costs a context switch on a CPU
+         * the workers want, so a quiet program is drained every 10 ms, a
+         * busy one up to every 0.25 ms. */
+        nap = fill > 0 ? (int64_t)((double)nap * 0.125 / fill) : nap * 2;
+        if (nap < WRITER_MIN_NS)
+            nap = WRITER_MIN_NS;
+        if (nap > WRITER_MAX_NS)
+            nap = WRITER_MAX_NS;
         struct timespec ts = {0, nap};
         nanosleep(&ts, NULL);
     }
