@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 """The tracer's output, read with nothing but Python's json module.
 
-    check_trace.py SCENARIO FERN_TRACE_TOOL
+    check_trace.py SCENARIO FERN_TRACE_TOOL [sanitized]
 
 Runs tests/debug/trace_scenario.c twice, traced through $FERN_TRACE and
 through fern_trace_start / fern_trace_stop, and checks each file:
@@ -14,7 +14,9 @@ through fern_trace_start / fern_trace_stop, and checks each file:
     follows a park begins with a flow's end ("f"), whose start ("s", same
     id) comes earlier on some track; and each "f" has its "s";
   - a spinner was preempted: a "preempted" instant event and a spinner slice
-    that ended "preempted";
+    that ended "preempted" (a sanitizer build, "sanitized", preempts only at
+    fern calls and, on a loaded machine, sometimes not in time: there the
+    two checks apply only if a preemption happened);
   - the sleeper parks on "sleep", ping and pong on channels;
   - slices on one track nest: sorted by start, each ends before the slice
     that encloses it ends (no partial overlap);
@@ -35,6 +37,9 @@ NAMES = ["ping", "pong", "sleeper", "spinner-1", "spinner-2"]
 def fail(msg):
     print("check_trace: FAIL: " + msg)
     sys.exit(1)
+
+
+SANITIZED = False
 
 
 def check(path):
@@ -86,10 +91,14 @@ def check(path):
                 fail("%s's run at %s follows a park but no flow ends there" % (n, cur["ts"]))
     if wakeups < 600:
         fail("%d wake-ups of ping, pong and sleeper, expected >= 600" % wakeups)
-    if not any(e.get("ph") == "i" and e["name"] == "preempted" for e in ev):
+    preempted = any(e.get("ph") == "i" and e["name"] == "preempted" for e in ev)
+    if not preempted and not SANITIZED:
         fail("no preemption event")
-    if not any(s["args"]["end"] == "preempted" for n in ("spinner-1", "spinner-2") for s in by_name[n]):
-        fail("no spinner slice ended preempted")
+    if preempted and not any(s["args"]["end"] == "preempted"
+                             for n in ("spinner-1", "spinner-2") for s in by_name[n]):
+        fail("a preemption event but no spinner slice ended preempted")
+    if not preempted:
+        print("check_trace: note: no preemption in this sanitizer run; those checks skipped")
     if not any(s["args"]["end"] == "park" and s["args"].get("on") == "sleep" for s in by_name["sleeper"]):
         fail("the sleeper never parked on sleep")
     for n in ("ping", "pong"):
@@ -117,7 +126,9 @@ def check(path):
 
 
 def main():
+    global SANITIZED
     prog, tool = sys.argv[1], sys.argv[2]
+    SANITIZED = sys.argv[3:4] == ["sanitized"]
     with tempfile.TemporaryDirectory() as d:
         env_path = os.path.join(d, "env.json")
         env = dict(os.environ, FERN_TRACE=env_path)
