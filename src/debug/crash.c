@@ -114,7 +114,7 @@ void crash_report(int sig, const siginfo_t *si, const struct sigaction *old)
     n += fmt_str(buf + n, "\n", 2);
     ssize_t r = write(2, buf, n);
     (void)r;
-    trace_ring_crash();
+    trace_crash();
 }
 
 /* ---- SIGILL, SIGFPE, SIGABRT ---- */

@@ -40,10 +40,12 @@ int crash_signal_parse(const char *s);
  * cannot: the file's errno); fern_shutdown ends it and frees the buffers
  * once the workers are stopped; a line about the session on f (fern_dump,
  * deadlock reports: the flight recorder writes its dump then); the crash
- * report's dump (async-signal-safe). trace_threads is in watch/watch.h. */
+ * report's part (async-signal-safe: the flight recorder's dump, or in file
+ * mode the events the writer has not written yet). trace_threads is in
+ * watch/watch.h. */
 int trace_init(void);
 void trace_fini(void);
 void trace_report(FILE *f);
-void trace_ring_crash(void);
+void trace_crash(void);
 
 #endif

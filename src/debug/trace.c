@@ -55,7 +55,7 @@
 #define EVENTS_STREAM 65536u       /* default slots per buffer, file mode */
 #define EVENTS_RING 16384u         /* default slots per buffer, flight recorder */
 #define WRITER_MIN_NS 250000       /* the writer's period: at least */
-#define WRITER_MAX_NS 10000000     /* ... and at most */
+#define WRITER_MAX_NS 100000000    /* ... and at most (a crash report writes the rest) */
 #define COUNTER_NS 10000000        /* counter samples */
 #define OUT_CAP ((size_t)1 << 16)  /* the writer's output block: stays in cache */
 #define RING_OUT_CAP ((size_t)1 << 16)
@@ -101,6 +101,8 @@ static struct {
     uint64_t ns0;               /* CLOCK_MONOTONIC when the session began */
     uint32_t dumps;             /* flight-recorder dumps written */
     uint32_t dumping;           /* a dump runs (crash path: skip, never wait) */
+    uint32_t crashed;           /* file mode: a crash report takes over the file */
+    uint32_t writer_parked;     /* ... and the writer has written its last line */
     bool atexit_set;
 } S = {.mu = PTHREAD_MUTEX_INITIALIZER, .fd = -1};
 
@@ -391,25 +393,32 @@ static inline char *ps(char *p, const char *s)
 }
 /* A string literal: its length is known, so a memcpy the compiler inlines. */
 #define PL(p, lit) ((char *)memcpy((p), lit, sizeof lit - 1) + sizeof lit - 1)
-/* Decimal, two digits per division (by a constant: a multiplication). */
+/* Decimal, two digits per division (by a constant: a multiplication),
+ * written in place from the last digit back once the length is known (a
+ * copy of variable length would be a call to memcpy for every number). */
 static inline char *pu(char *p, uint64_t v)
 {
     static const char d2[201] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839404142434445464748495051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899";
-    char tmp[20], *e = tmp + sizeof tmp, *q = e;
+    static const uint64_t pow10[20] = {
+        1u, 10u, 100u, 1000u, 10000u, 100000u, 1000000u, 10000000u, 100000000u,
+        1000000000u, 10000000000u, 100000000000u, 1000000000000u, 10000000000000u,
+        100000000000000u, 1000000000000000u, 10000000000000000u, 100000000000000000u,
+        1000000000000000000u, 10000000000000000000u};
+    unsigned n = 1;
+    while (n < 20 && v >= pow10[n])
+        n++;
+    char *q = p + n;
     while (v >= 100) {
         unsigned r = (unsigned)(v % 100);
         v /= 100;
         q -= 2;
         memcpy(q, d2 + 2 * r, 2);
     }
-    if (v >= 10) {
-        q -= 2;
-        memcpy(q, d2 + 2 * v, 2);
-    } else {
-        *--q = (char)('0' + v);
-    }
-    memcpy(p, q, (size_t)(e - q));
-    return p + (e - q);
+    if (v >= 10)
+        memcpy(q - 2, d2 + 2 * v, 2);
+    else
+        q[-1] = (char)('0' + v);
+    return p + n;
 }
 static char *phex(char *p, uint64_t v)
 {
@@ -491,38 +500,54 @@ static size_t name_read(const fern_thread *t, uint64_t id, char name[32])
  * hashes to it. The crash path has no cache (f->names NULL). */
 #define NAMES 4096
 #define NAME_REREAD 256
+/* A slot is a cache line of its own: the writer's table is cold when it
+ * wakes (the workers' data has evicted it), so a slot costs one miss, and
+ * drain() prefetches the slots of the slices a few events ahead. */
 struct name_slot {
     uint64_t id;
     uint32_t uses;
     uint8_t len;
+    uint8_t plain;       /* no byte of name needs escaping: copied whole */
     char name[32];
-};
+} __attribute__((aligned(64)));
+
+static inline size_t name_hash(uint64_t id) { return (size_t)((id * 0x9e3779b97f4a7c15u) >> 52); }
 
 static char *pname(struct fmt *f, char *p, const fern_thread *t, uint64_t id)
 {
     char buf[32];
-    const char *name = buf;
-    size_t n;
-    struct name_slot *c = f->names ? &f->names[(id * 0x9e3779b97f4a7c15u) >> 52] : NULL;
-    if (c && c->id == id && ++c->uses % NAME_REREAD) {
-        name = c->name;
-        n = c->len;
-    } else {
-        n = name_read(t, id, buf);
-        if (c && (n || c->id != id)) { /* a reused descriptor keeps the name it had */
+    struct name_slot *c = f->names ? &f->names[name_hash(id)] : NULL;
+    if (!c) {
+        size_t n = name_read(t, id, buf);
+        if (n)
+            return pjs(p, buf, 31);
+        p = PL(p, "thread ");
+        return pu(p, id);
+    }
+    if (c->id != id || !(++c->uses % NAME_REREAD)) {
+        size_t n = name_read(t, id, buf);
+        if (n || c->id != id) { /* a reused descriptor keeps the name it had */
+            bool plain = true;
+            for (size_t i = 0; i < n; i++)
+                plain &= buf[i] != '"' && buf[i] != '\\' && (unsigned char)buf[i] >= 0x20;
+            memset(c->name, 0, sizeof c->name);
+            memcpy(c->name, buf, n);
             c->id = id;
             c->uses = 1;
             c->len = (uint8_t)n;
-            memcpy(c->name, buf, n + 1);
-        } else if (c && !n) {
-            name = c->name;
-            n = c->len;
+            c->plain = plain;
         }
     }
-    if (n)
-        return pjs(p, name, 31);
-    p = PL(p, "thread ");
-    return pu(p, id);
+    if (!c->len) {
+        p = PL(p, "thread ");
+        return pu(p, id);
+    }
+    if (c->plain) {
+        /* A fixed-size copy (a line has 512 bytes of room), then the length. */
+        memcpy(p, c->name, sizeof c->name);
+        return p + c->len;
+    }
+    return pjs(p, c->name, 31);
 }
 
 static void track_name(struct fmt *f, const struct trace_buf *b, struct trk *k)
@@ -923,6 +948,22 @@ static uint64_t drain(struct fmt *f, uint32_t i)
     struct trace_buf *b = S.tracks[i];
     uint64_t h = LOAD(&b->head), t = LOAD_RELAXED(&b->tail);
     for (uint64_t x = t; x < h; x++) {
+        if (unlikely(LOAD_RELAXED(&S.crashed))) {
+            /* The crash report formats the rest (trace_crash). */
+            STORE(&b->tail, x);
+            return x - t;
+        }
+        if (!(x & 1) && x + 32 < h)
+            /* The workers wrote these lines on other cores: ask for them
+             * early, several at a time (two events a line). */
+            __builtin_prefetch(&b->ev[(x + 32) & b->mask]);
+        if (x + 8 < h) {
+            /* The name slot of the slice that an event 8 ahead closes. */
+            const struct trace_ev *a = &b->ev[(x + 8) & b->mask];
+            unsigned ty = (unsigned)(LOAD_RELAXED(&a->w0) >> TRACE_TS_BITS);
+            if (ty >= TR_YIELD && ty <= TR_EXIT)
+                __builtin_prefetch(&f->names[name_hash(LOAD_RELAXED(&a->a))], 1);
+        }
         const struct trace_ev *s = &b->ev[x & b->mask];
         struct trace_ev e = {LOAD_RELAXED(&s->w0), LOAD_RELAXED(&s->a), LOAD_RELAXED(&s->b),
                              LOAD_RELAXED(&s->c)};
@@ -1005,10 +1046,20 @@ static void *writer_main(void *arg)
             break;
         }
         out_flush(f);
+        if (unlikely(LOAD(&S.crashed))) {
+            /* Every line formatted is in the file: the crash report
+             * appends the rest. The process is ending. */
+            STORE(&S.writer_parked, 1);
+            for (;;)
+                pause();
+        }
         /* Come back when the fullest buffer is about an eighth full, at
          * the rate it filled: each wake-up costs a context switch on a CPU
-         * the workers want, so a quiet program is drained every 10 ms, a
-         * busy one up to every 0.25 ms. */
+         * the workers want, and while it runs the writer's tables and
+         * output are cold, so a drain costs much more than its events:
+         * a quiet program is drained every 100 ms, a busy one up to every
+         * 0.25 ms. A crash report writes what was not drained
+         * (trace_crash). */
         nap = fill > 0 ? (int64_t)((double)nap * 0.125 / fill) : nap * 2;
         if (nap < WRITER_MIN_NS)
             nap = WRITER_MIN_NS;
@@ -1097,6 +1148,8 @@ static int start_locked(const char *spec, uint32_t events)
     S.fd = fd;
     S.err = 0;
     S.stop = 0;
+    S.crashed = 0;
+    S.writer_parked = 0;
     S.unlisted = 0;
     clock_setup();
     /* A new session number: every buffer is set up again (buf_of). */
@@ -1317,9 +1370,70 @@ void trace_report(FILE *f)
         fprintf(f, "fern: flight recorder: the last events of every worker are in %s\n", path);
 }
 
-/* The crash report (a signal handler): the same, with write(2). */
-void trace_ring_crash(void)
+/* File mode's crash report: stop the writer after its last complete line
+ * (it checks S.crashed at every event and before it sleeps; waited for at
+ * most 200 ms), then append the events it had not drained, and close the
+ * runs still open. The closing "]" is left out (optional in the format):
+ * nothing may follow it, and the writer is only parked. Async-signal-safe
+ * like ring_dump. Returns the events appended, or -1 if none could be. */
+static int64_t file_crash(void)
 {
+    if (__atomic_exchange_n(&S.dumping, 1, __ATOMIC_ACQUIRE))
+        return -1;
+    STORE(&S.crashed, 1);
+    for (int i = 0; i < 200 && !LOAD(&S.writer_parked); i++) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    /* The writer parked: its tracks' state (the runs it saw begin) is
+     * where these events go on from. Else each track starts afresh. */
+    if (LOAD(&S.writer_parked))
+        memcpy(ring_trk, W_trk, sizeof ring_trk);
+    else
+        memset(ring_trk, 0, sizeof ring_trk);
+    struct fmt f = {.fd = S.fd, .buf = ring_buf, .cap = sizeof ring_buf, .pid = getpid(),
+                    .trk = ring_trk};
+    uint64_t got = 0, ts = trace_clock();
+    uint32_t n = LOAD(&S.ntracks);
+    for (uint32_t i = 0; i < n; i++) {
+        struct trace_buf *b = S.tracks[i];
+        uint64_t h = LOAD(&b->head);
+        for (uint64_t x = LOAD(&b->tail); x < h; x++, got++) {
+            const struct trace_ev *s = &b->ev[x & b->mask];
+            struct trace_ev e = {LOAD_RELAXED(&s->w0), LOAD_RELAXED(&s->a), LOAD_RELAXED(&s->b),
+                                 LOAD_RELAXED(&s->c)};
+            format_event(&f, b, &f.trk[i + 1], &e);
+        }
+        if (b != LOAD_RELAXED(&S.outside))
+            slice_close(&f, b, &f.trk[i + 1], ts > f.trk[i + 1].last ? ts : f.trk[i + 1].last,
+                        NULL, 0);
+    }
+    out_flush(&f);
+    return f.err ? -1 : (int64_t)got;
+}
+
+/* The crash report (a signal handler): the flight recorder's dump, or in
+ * file mode the events not yet written (file_crash); a line on stderr
+ * either way, with write(2). */
+void trace_crash(void)
+{
+    if (LOAD(&trace_on) && LOAD_RELAXED(&S.writer_running) && !LOAD_RELAXED(&S.ring)) {
+        int64_t got = file_crash();
+        char line[sizeof S.path + 128];
+        size_t n = fmt_str(line, "fern: trace ", 16);
+        n += fmt_str(line + n, S.path, sizeof S.path);
+        if (got < 0) {
+            n += fmt_str(line + n, ": cannot write the last events", 40);
+        } else {
+            n += fmt_str(line + n, ": the last ", 16);
+            n += fmt_u64(line + n, (uint64_t)got);
+            n += fmt_str(line + n, " events are written; the file opens as it is", 48);
+        }
+        line[n++] = '\n';
+        ssize_t w = write(2, line, n);
+        (void)w;
+        return;
+    }
     char path[sizeof S.path + 64];
     int r = ring_dump(path, sizeof path);
     if (r == EINVAL || r == EBUSY)

@@ -120,6 +120,46 @@ TEST(TraceDeathTest, CrashWritesTheFlightRecorder) {
     rmtree(dir);
 }
 
+// A crash while tracing to a file: the crash report appends what the
+// writer had not drained (it drains every 0.25 to 100 ms), so the file ends
+// with the crashing thread's last run, every line is whole, and the file
+// opens without its closing "]".
+TEST(TraceDeathTest, CrashWritesTheEventsNotYetWritten) {
+    GTEST_FLAG_SET(death_test_style, death_style());
+    std::string path = "/tmp/fern-trace-filecrash-" + std::to_string(getuid()) + ".json";
+    unlink(path.c_str());
+    EXPECT_EXIT(
+        {
+            if (fern_init(nullptr) || fern_trace_start(path.c_str())) _exit(90);
+            ping_pong(50);
+            fern_attr a{};
+            a.name = "crasher";
+            fern_thread *t;
+            spawn(&t, &a, [] { abort(); });
+            fern_join(t, nullptr);
+            _exit(91);
+        },
+        ::testing::KilledBySignal(SIGABRT),
+        "SIGABRT in green thread [0-9]+ \"crasher\"\nfern: trace /tmp/fern-trace-filecrash-[0-9]+\\.json: "
+        "the last [0-9]+ events are written; the file opens as it is");
+    std::string text = slurp(path);
+    ASSERT_EQ("[\n", text.substr(0, 2));
+    std::istringstream lines(text.substr(2));
+    std::string line, crasher;
+    size_t n = 0;
+    while (std::getline(lines, line)) {
+        n++;
+        ASSERT_EQ("},", line.substr(line.size() - 2)) << "line " << n << ": " << line;
+        ASSERT_EQ('{', line[0]) << "line " << n;
+        if (line.find("\"ph\":\"X\"") != std::string::npos &&
+            line.find("\"name\":\"crasher\"") != std::string::npos)
+            crasher = line;
+    }
+    EXPECT_NE(std::string::npos, text.find("\"name\":\"tracer-ping\""));
+    EXPECT_NE(std::string::npos, crasher.find("\"end\":\"trace stopped\"")) << crasher;
+    unlink(path.c_str());
+}
+
 TEST(TraceDeathTest, DeadlockReportWritesTheFlightRecorder) {
     GTEST_FLAG_SET(death_test_style, death_style());
     std::string dir = "/tmp/fern-trace-deadlock-" + std::to_string(getuid());
