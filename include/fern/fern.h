@@ -774,11 +774,12 @@ int fern_dump(FILE *f);
  * what, preemption, exit), who woke or spawned it, steals, migrations,
  * poller wake-ups, fern_blocking jobs and the monitor's spares. `path` is
  * the file to write (Chrome trace-event JSON, created or truncated; a
- * writer thread fills it as the program runs), or "ring" (or "ring:DIR")
- * for the flight recorder: only the last events of each worker are kept in
- * memory, and fern_dump (so the dump signal), a deadlock report and a crash
- * report write them to DIR/fern-ring.PID.N.json (DIR defaults to the
- * current directory). Recording costs no lock and no system call on a
+ * writer thread fills it as the program runs, and a crash report in a
+ * green thread appends what the writer had not yet written), or "ring"
+ * (or "ring:DIR") for the flight recorder: only the last events of each
+ * worker are kept in memory, and fern_dump (so the dump signal), a
+ * deadlock report and a crash report write them to
+ * DIR/fern-ring.PID.N.json (DIR defaults to the current directory). Recording costs no lock and no system call on a
  * worker; a worker whose buffer is full drops events and counts them (see
  * docs/debugging.md, and $FERN_TRACE, $FERN_TRACE_EVENTS there). The runtime
  * need not be running: workers record from their first switch. Returns 0;

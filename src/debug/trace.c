@@ -29,10 +29,11 @@
  * Preemptions, steals, migrations, poller wake-ups, the monitor's spares
  * and rescues are instant events; fern_blocking jobs are slices on their
  * helper's track; the writer samples runnable / parked / live threads as a
- * counter every COUNTER_NS. Times are microseconds since the session began.
+ * counter when it drains, at most every COUNTER_NS. Times are
+ * microseconds since the session began.
  *
  * Writer. In file mode a kernel thread ("fern-trace") drains every buffer
- * when the fullest is about an eighth full (every 0.25 to 10 ms), formats
+ * when the fullest is about an eighth full (every 0.25 to 100 ms), formats
  * with hand-written number formatting (no stdio: the same code serves the
  * crash path) and
  * write()s in large blocks; fern_trace_stop joins it after its last drain.
@@ -41,7 +42,8 @@
  * crash report) formats each worker's last events into a file of its own.
  * The crash dump runs in a signal handler: it takes no lock (a flag that
  * it skips when set), allocates nothing, and calls only open, write and
- * close.
+ * close. In file mode the crash report parks the writer and appends the
+ * events it had not drained (file_crash).
  */
 #include "debug/debug.h"
 #include "sched/trace.h"
