@@ -361,6 +361,9 @@ struct fmt {
     int pid;
     struct trk *trk;    /* [TRACKS_MAX + 1], by track */
     struct name_slot *names; /* [NAMES], or NULL */
+    int64_t head_tid;   /* phead's: the tid of head */
+    uint8_t head_len;   /* its length; 0: none yet */
+    char head[48];      /* ","pid":P,"tid":T,"ts": */
     struct job_open jobs[OUTSIDE_SLOTS];
 };
 
@@ -461,16 +464,25 @@ static char *pjs(char *p, const char *s, size_t max)
     }
     return p;
 }
+/* An event's head, up to its timestamp. The part from the phase to "ts"
+ * is the same for every event of a track: kept for the last tid (a drain
+ * goes one track at a time) and copied whole. ph is one letter. */
 static char *phead(struct fmt *f, char *p, const char *ph, int64_t tid, uint64_t ts)
 {
+    if (!f->head_len || tid != f->head_tid) {
+        char *q = f->head;
+        q = PL(q, "\",\"pid\":");
+        q = pu(q, (uint64_t)f->pid);
+        q = PL(q, ",\"tid\":");
+        q = pu(q, (uint64_t)tid);
+        q = PL(q, ",\"ts\":");
+        f->head_len = (uint8_t)(q - f->head);
+        f->head_tid = tid;
+    }
     p = PL(p, "{\"ph\":\"");
-    p = ps(p, ph);
-    p = PL(p, "\",\"pid\":");
-    p = pu(p, (uint64_t)f->pid);
-    p = PL(p, ",\"tid\":");
-    p = pu(p, (uint64_t)tid);
-    p = PL(p, ",\"ts\":");
-    return pts(p, ts);
+    *p++ = ph[0];
+    memcpy(p, f->head, sizeof f->head); /* a line has 512 bytes of room */
+    return pts(p + f->head_len, ts);
 }
 static inline void line_end(struct fmt *f, char *p)
 {
