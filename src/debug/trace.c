@@ -83,6 +83,7 @@ static struct {
     pthread_t writer;
     bool writer_running;
     uint32_t stop;              /* the writer's last drain is due */
+    uint32_t wake;              /* 1: the writer's nap ends now (stop, a crash) */
     int err;                    /* the first write error */
     uint64_t written;           /* events formatted */
     uint64_t writer_cpu_ns;     /* the writer thread's CPU time, at its end */
@@ -1079,8 +1080,10 @@ static void *writer_main(void *arg)
             nap = WRITER_MIN_NS;
         if (nap > WRITER_MAX_NS)
             nap = WRITER_MAX_NS;
-        struct timespec ts = {0, nap};
-        nanosleep(&ts, NULL);
+        /* A futex, so that fern_trace_stop (and a crash report) need
+         * not wait out a nap of up to 100 ms. */
+        if (!LOAD(&S.wake))
+            futex_wait(&S.wake, 0, fern_now_ns() + nap);
     }
     return NULL;
 }
@@ -1162,6 +1165,7 @@ static int start_locked(const char *spec, uint32_t events)
     S.fd = fd;
     S.err = 0;
     S.stop = 0;
+    S.wake = 0;
     S.crashed = 0;
     S.writer_parked = 0;
     S.unlisted = 0;
@@ -1227,6 +1231,8 @@ int fern_trace_stop(void)
     int r = 0;
     if (S.writer_running) {
         STORE(&S.stop, 1);
+        STORE(&S.wake, 1);
+        futex_wake(&S.wake, 1);
         pthread_join(S.writer, NULL);
         STORE_RELAXED(&S.writer_running, false);
         uint64_t dropped = dropped_total();
@@ -1385,8 +1391,8 @@ void trace_report(FILE *f)
 }
 
 /* File mode's crash report: stop the writer after its last complete line
- * (it checks S.crashed at every event and before it sleeps; waited for at
- * most 200 ms), then append the events it had not drained, and close the
+ * (it checks S.crashed at every event and before it sleeps; woken, and
+ * waited for at most 200 ms), then append the events it had not drained, and close the
  * runs still open. The closing "]" is left out (optional in the format):
  * nothing may follow it, and the writer is only parked. Async-signal-safe
  * like ring_dump. Returns the events appended, or -1 if none could be. */
@@ -1395,6 +1401,8 @@ static int64_t file_crash(void)
     if (__atomic_exchange_n(&S.dumping, 1, __ATOMIC_ACQUIRE))
         return -1;
     STORE(&S.crashed, 1);
+    STORE(&S.wake, 1);
+    futex_wake(&S.wake, 1); /* a system call: async-signal-safe */
     for (int i = 0; i < 200 && !LOAD(&S.writer_parked); i++) {
         struct timespec ms = {0, 1000000};
         nanosleep(&ms, NULL);
