@@ -9,9 +9,10 @@ so each traced run is compared with the untraced run beside it and the
 median of the pairs' ratios is reported.
 
     trace_overhead.py ECHO [--pairs 8] [--conns 1000] [--duration 2]
-                      [--trace FILE] [--lib DIR]
+                      [--trace FILE] [--lib DIR ...]
 
---lib DIR runs ECHO with LD_LIBRARY_PATH=DIR (another libfern build).
+--lib DIR runs ECHO with LD_LIBRARY_PATH=DIR (another libfern build); given
+more than once, each pair is run with each library in turn.
 """
 import argparse
 import os
@@ -49,25 +50,34 @@ def main():
     ap.add_argument("--conns", type=int, default=1000)
     ap.add_argument("--duration", type=float, default=2)
     ap.add_argument("--trace", default="/tmp/trace_overhead.json")
-    ap.add_argument("--lib")
+    ap.add_argument("--lib", action="append",
+                    help="run with LD_LIBRARY_PATH=DIR; repeated: each pair is run with each "
+                         "in turn, so builds are compared under the same load")
     a = ap.parse_args()
-    env = dict(os.environ)
-    if a.lib:
-        env["LD_LIBRARY_PATH"] = a.lib
+    libs = a.lib or [None]
     base = [a.echo, "--conns", str(a.conns), "--duration", str(a.duration)]
-    wall, cpu, share = [], [], []
+    res = {lib: ([], [], []) for lib in libs}
     for i in range(a.pairs):
-        w0, c0, _ = run(base, env)
-        w1, c1, t1 = run(base + ["--trace", a.trace], env)
-        wall.append(w1 / w0)
-        cpu.append(c1 / c0)
-        share.append(writer_cpu(a.trace) / t1)
-        print(f"pair {i + 1}: untraced {w0:7.0f}/s wall {c0:7.0f}/CPU s   "
-              f"traced {w1:7.0f}/s wall {c1:7.0f}/CPU s   ratio wall {w1 / w0:.3f} "
-              f"CPU {c1 / c0:.3f}   writer {100 * share[-1]:.2f}% of the CPU", flush=True)
-    print(f"median traced/untraced: per CPU second {statistics.median(cpu):.3f}, "
-          f"per wall-clock second {statistics.median(wall):.3f}; the writer's share of the "
-          f"traced process's CPU: median {100 * statistics.median(share):.2f}% ({a.pairs} pairs)")
+        for lib in libs:
+            env = dict(os.environ)
+            if lib:
+                env["LD_LIBRARY_PATH"] = lib
+            wall, cpu, share = res[lib]
+            w0, c0, _ = run(base, env)
+            w1, c1, t1 = run(base + ["--trace", a.trace], env)
+            wall.append(w1 / w0)
+            cpu.append(c1 / c0)
+            share.append(writer_cpu(a.trace) / t1)
+            print(f"pair {i + 1}{' ' + lib if lib else ''}: untraced {w0:7.0f}/s wall "
+                  f"{c0:7.0f}/CPU s   traced {w1:7.0f}/s wall {c1:7.0f}/CPU s   ratio wall "
+                  f"{w1 / w0:.3f} CPU {c1 / c0:.3f}   writer {100 * share[-1]:.2f}% of the CPU",
+                  flush=True)
+    for lib in libs:
+        wall, cpu, share = res[lib]
+        print(f"{lib + ': ' if lib else ''}median traced/untraced: per CPU second "
+              f"{statistics.median(cpu):.3f}, per wall-clock second {statistics.median(wall):.3f}; "
+              f"the writer's share of the traced process's CPU: median "
+              f"{100 * statistics.median(share):.2f}% ({a.pairs} pairs)")
     os.unlink(a.trace)
 
 
