@@ -1053,6 +1053,15 @@ static void *writer_main(void *arg)
             counters(f);
             next_counter = now + COUNTER_NS;
         }
+        if (unlikely(LOAD(&S.crashed))) {
+            /* Every line formatted goes into the file, and the crash
+             * report appends the rest: the process is ending (a
+             * fern_trace_stop under way waits for it to end). */
+            out_flush(f);
+            STORE(&S.writer_parked, 1);
+            for (;;)
+                pause();
+        }
         if (last) {
             /* What the writer cost, for the file's last record. */
             struct timespec cpu;
@@ -1061,13 +1070,6 @@ static void *writer_main(void *arg)
             break;
         }
         out_flush(f);
-        if (unlikely(LOAD(&S.crashed))) {
-            /* Every line formatted is in the file: the crash report
-             * appends the rest. The process is ending. */
-            STORE(&S.writer_parked, 1);
-            for (;;)
-                pause();
-        }
         /* Come back when the fullest buffer is about an eighth full, at
          * the rate it filled: each wake-up costs a context switch on a CPU
          * the workers want, and while it runs the writer's tables and
@@ -1395,9 +1397,12 @@ void trace_report(FILE *f)
  * waited for at most 200 ms), then append the events it had not drained, and close the
  * runs still open. The closing "]" is left out (optional in the format):
  * nothing may follow it, and the writer is only parked. Async-signal-safe
- * like ring_dump. Returns the events appended, or -1 if none could be. */
+ * like ring_dump. Returns the events appended, -1 if none could be, -2 if
+ * fern_trace_stop is completing the file. */
 static int64_t file_crash(void)
 {
+    /* S.dumping stays set: the process is ending, and a second crash
+     * report (another thread) skips. */
     if (__atomic_exchange_n(&S.dumping, 1, __ATOMIC_ACQUIRE))
         return -1;
     STORE(&S.crashed, 1);
@@ -1407,8 +1412,11 @@ static int64_t file_crash(void)
         struct timespec ms = {0, 1000000};
         nanosleep(&ms, NULL);
     }
+    if (!LOAD(&S.writer_parked) && LOAD(&S.stop))
+        return -2; /* the writer has ended: fern_trace_stop completes the file */
     /* The writer parked: its tracks' state (the runs it saw begin) is
-     * where these events go on from. Else each track starts afresh. */
+     * where these events go on from. Else (it did not park in time) each
+     * track starts afresh; lines stay whole either way. */
     if (LOAD(&S.writer_parked))
         memcpy(ring_trk, W_trk, sizeof ring_trk);
     else
@@ -1441,6 +1449,8 @@ void trace_crash(void)
 {
     if (LOAD(&trace_on) && LOAD_RELAXED(&S.writer_running) && !LOAD_RELAXED(&S.ring)) {
         int64_t got = file_crash();
+        if (got == -2)
+            return;
         char line[sizeof S.path + 128];
         size_t n = fmt_str(line, "fern: trace ", 16);
         n += fmt_str(line + n, S.path, sizeof S.path);
