@@ -143,6 +143,10 @@ static int nowait_form(const struct hk_call *c, struct hk_call *nw, struct iovec
     case SYS_sendmsg:
         nw->a[2] |= MSG_DONTWAIT;
         return 0;
+    case SYS_recvmmsg:
+    case SYS_sendmmsg:
+        nw->a[3] |= MSG_DONTWAIT;
+        return 0;
     default:
         return -1;
     }
@@ -175,8 +179,15 @@ static long green_transfer(int fd, int dir, int nowait, const struct hk_call *c,
     uint32_t st = hk_state(h);
     struct hk_call nw;
     struct iovec iov;
-    if (nowait || !(st & HK_MANAGED) || hk_check(fd, h) < 0 || nowait_form(c, &nw, &iov))
-        return hk_do(c); /* not ours, or the user asked for one attempt */
+    if (nowait || nowait_form(c, &nw, &iov))
+        return hk_do(c); /* the user asked for one attempt */
+    if (!(st & HK_MANAGED) || hk_check(fd, h) < 0) {
+        /* Not a descriptor the poller can wait on: perhaps a file. */
+        if (c->nr == SYS_read || c->nr == SYS_readv || c->nr == SYS_write ||
+            c->nr == SYS_writev)
+            return hk_file_io(fd, c, &nw);
+        return hk_do(c);
+    }
     if (dl < 0 && (st & HK_POLLFIRST))
         dl = hk_deadline(__atomic_load_n(dir == FERN_READ ? &h->rcvto : &h->sndto,
                                          __ATOMIC_RELAXED));

@@ -80,12 +80,25 @@ void hk_adopt(int fd, const struct hk_fd *from)
     __atomic_store_n(&h->rcvto, rto, __ATOMIC_RELAXED);
     __atomic_store_n(&h->sndto, sto, __ATOMIC_RELAXED);
     uint32_t st = HK_MANAGED | (from ? hk_state(from) & HK_POLLFIRST : 0);
+    if (from && !(hk_state(from) & HK_MANAGED))
+        st = hk_state(from) & HK_DIRECT; /* a copy of an O_DIRECT file */
     struct stat sb;
     if (hk_sys(SYS_fstat, fd, &sb) < 0)
         st = 0;
     __atomic_store_n(&h->dev, (uint64_t)sb.st_dev, __ATOMIC_RELAXED);
     __atomic_store_n(&h->ino, (uint64_t)sb.st_ino, __ATOMIC_RELAXED);
     __atomic_store_n(&h->st, st, __ATOMIC_RELEASE);
+}
+
+void hk_mark_direct(int fd, int on)
+{
+    struct hk_fd *h = on ? hk_fd_get(fd) : hk_fd_find(fd);
+    if (!h)
+        return;
+    if (on)
+        __atomic_fetch_or(&h->st, HK_DIRECT, __ATOMIC_ACQ_REL);
+    else
+        __atomic_fetch_and(&h->st, ~HK_DIRECT, __ATOMIC_ACQ_REL);
 }
 
 void hk_drop(int fd)
@@ -104,7 +117,7 @@ static long hk_copied(int fd, long nfd)
 {
     if (nfd >= 0) {
         struct hk_fd *h = hk_fd_find(fd);
-        if (hk_state(h) & HK_MANAGED)
+        if (hk_state(h) & (HK_MANAGED | HK_DIRECT))
             hk_adopt((int)nfd, h);
         else if (hk_state(hk_fd_find((int)nfd)))
             hk_drop((int)nfd);
@@ -112,9 +125,20 @@ static long hk_copied(int fd, long nfd)
     return nfd;
 }
 
+/* A managed descriptor (a socket, a pipe) closes at once; anything else may
+ * be a file whose last close flushes it (NFS, FUSE): on a green thread that
+ * close goes off the worker (file.c). */
 int close(int fd)
 {
+    uint32_t st = hk_state(hk_fd_find(fd));
     hk_drop(fd);
+    if (!(st & HK_MANAGED) && hk_green()) {
+        long a[6] = {fd, 0, 0, 0, 0, 0};
+        HK_TSAN_ENTER();
+        long r = fern__file_call(SYS_close, a);
+        HK_TSAN_LEAVE();
+        return (int)hk_ret(r);
+    }
     return (int)hk_ret(hk_sys(SYS_close, fd));
 }
 
@@ -152,6 +176,15 @@ static long hk_fcntl(int fd, int cmd, long arg)
             r &= ~(long)O_NONBLOCK;
         return r;
     }
+    case F_SETFL: {
+        long r = hk_sys(SYS_fcntl, fd, cmd, arg);
+        if (r == 0 && !(hk_state(hk_fd_find(fd)) & HK_MANAGED))
+            hk_mark_direct(fd, (arg & O_DIRECT) != 0);
+        return r;
+    }
+    case F_SETLKW:
+    case F_OFD_SETLKW:
+        return hk_fcntl_lockw(fd, cmd, arg); /* lock.c */
     case F_DUPFD:
     case F_DUPFD_CLOEXEC:
         return hk_copied(fd, hk_sys(SYS_fcntl, fd, cmd, arg));

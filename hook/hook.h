@@ -112,6 +112,7 @@ static inline long hk_ret(long r)
 #define HK_CHECKED   2u /* the file identity was checked once (hk_check) */
 #define HK_POLLFIRST 4u /* RWF_NOWAIT refused: wait for poll, then the plain call */
 #define HK_WINDOW    8u /* socket.c has O_NONBLOCK on for one accept/connect */
+#define HK_DIRECT    16u /* an unmanaged file opened (or set) O_DIRECT: file.c */
 
 struct hk_fd {
     uint32_t st;            /* HK_* bits, atomic */
@@ -124,6 +125,8 @@ struct hk_fd *hk_fd_find(int fd) HK_HIDDEN;
 /* fd was just created by a hooked call: start it clean and managed, or a
  * copy of `from` (dup). */
 void hk_adopt(int fd, const struct hk_fd *from) HK_HIDDEN;
+/* Record whether an unmanaged fd is O_DIRECT (file.c). */
+void hk_mark_direct(int fd, int on) HK_HIDDEN;
 /* fd is being closed or replaced: wake its waiters (EBADF), forget it. */
 void hk_drop(int fd) HK_HIDDEN;
 static inline uint32_t hk_state(const struct hk_fd *h)
@@ -151,6 +154,15 @@ long hk_check(int fd, struct hk_fd *h) HK_HIDDEN;
 /* 1 if fd's open file description is non-blocking (the kernel's flag), 0 if
  * not, -errno. */
 long hk_desc_nonblock(int fd) HK_HIDDEN;
+
+/* A read or write of an unmanaged descriptor on a green thread (file.c):
+ * nw, c's one-attempt form, on the worker; if it would wait and fd is a
+ * regular file or a block device, c off the worker; else c itself. */
+long hk_file_io(int fd, const struct hk_call *c, const struct hk_call *nw) HK_HIDDEN;
+/* fcntl(F_SETLKW / F_OFD_SETLKW) (lock.c): -errno or the kernel's value. */
+long hk_fcntl_lockw(int fd, int cmd, long arg) HK_HIDDEN;
+/* _FORTIFY_SOURCE's verdict on a buffer too small: the message, abort. */
+void hk_overflow(void) HK_HIDDEN __attribute__((noreturn));
 
 /* A transfer (read, write, recv, ...). The plain-thread path is the hot one
  * for code that never uses green threads: one flag load, one call, the

@@ -14,11 +14,10 @@
  * recv(MSG_WAITALL) on a stream socket fills its buffer (waitall_*), both
  * within one deadline.
  *
- * Regular files are left alone: they never return EAGAIN (the kernel has no
- * readiness for them, epoll refuses them), so a read of a file on a green
- * thread runs on its worker like any computation; they are never created by
- * a hooked call, so they are never managed. Code that wants file I/O off the
- * worker uses fern_pread / fern_pwrite (the blocking pool).
+ * Files are never managed (no hooked call creates a descriptor the poller
+ * can wait on for them): a green thread's read, readv, write or writev of an
+ * unmanaged descriptor goes to file.c's hk_file_io, which serves a page-cache
+ * hit on the worker and sends a call that would wait for the disk off it.
  */
 #include "hook.h"
 
@@ -262,8 +261,56 @@ ssize_t sendmsg(int fd, const struct msghdr *m, int flags)
     return hk_ret(r);
 }
 
+/* Many messages at once. A blocking recvmmsg without MSG_WAITFORONE waits
+ * until all n slots are filled (or its timeout passes, which the kernel
+ * checks only after each datagram); a blocking sendmmsg sends all n. The
+ * green thread's attempts are non-blocking, so after the first message the
+ * rest is asked for again, parking as needed: recvmmsg until the slots are
+ * full or the timeout (from the call's start) passes, sendmmsg until every
+ * message went; an error after some messages returns their count, as the
+ * kernel does. */
+int recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct timespec *to)
+{
+    struct hk_call c = {SYS_recvmmsg, {fd, (long)v, n, flags, (long)to}};
+    int nowait = flags & MSG_DONTWAIT;
+    int64_t dl = FERN_FOREVER;
+    if (to && hk_green())
+        dl = fern_now_ns() + (int64_t)to->tv_sec * 1000000000 + to->tv_nsec;
+    long r = hk_transfer(fd, FERN_READ, nowait, &c);
+    if (r <= 0 || (unsigned)r >= n || nowait || (flags & MSG_WAITFORONE) || !hk_green() ||
+        !(hk_state(hk_fd_find(fd)) & HK_MANAGED) || hk_desc_nonblock(fd) != 0)
+        return (int)hk_ret(r);
+    long done = r;
+    while ((unsigned)done < n) {
+        struct hk_call more = {SYS_recvmmsg, {fd, (long)(v + done), n - (unsigned)done, flags, 0}};
+        long k = hk_green_transfer(fd, FERN_READ, 0, &more, dl);
+        if (k <= 0)
+            break;
+        done += k;
+    }
+    return (int)done;
+}
+
+int sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags)
+{
+    struct hk_call c = {SYS_sendmmsg, {fd, (long)v, n, flags}};
+    int nowait = flags & MSG_DONTWAIT;
+    long r = hk_transfer(fd, FERN_WRITE, nowait, &c);
+    if (r <= 0 || (unsigned)r >= n || nowait || !owes_all(fd))
+        return (int)hk_ret(r);
+    long done = r;
+    while ((unsigned)done < n) {
+        struct hk_call more = {SYS_sendmmsg, {fd, (long)(v + done), n - (unsigned)done, flags}};
+        long k = hk_green_transfer(fd, FERN_WRITE, 0, &more, -1);
+        if (k <= 0)
+            break;
+        done += k;
+    }
+    return (int)done;
+}
+
 /* _FORTIFY_SOURCE: the buffer's known size must cover the request. */
-static void hk_overflow(void)
+void hk_overflow(void)
 {
     static const char msg[] = "*** buffer overflow detected ***: terminated\n";
     hk_sys(SYS_write, 2, msg, sizeof msg - 1);

@@ -25,7 +25,9 @@ struct Workers {
     fern_cluster *c = nullptr;
     explicit Workers(int n) { EXPECT_EQ(fern_cluster_create(&c, n), 0); }
     ~Workers() {
-        if (c) EXPECT_EQ(fern_cluster_destroy(c), 0);
+        if (c) {
+            EXPECT_EQ(fern_cluster_destroy(c), 0);
+        }
     }
     template <class F> fern_thread *spawn(F &&f) {
         fern_thread *t = nullptr;
