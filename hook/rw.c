@@ -267,7 +267,8 @@ ssize_t sendmsg(int fd, const struct msghdr *m, int flags)
  * green thread's attempts are non-blocking, so after the first message the
  * rest is asked for again, parking as needed: recvmmsg until the slots are
  * full or the timeout (from the call's start) passes, sendmmsg until every
- * message went; an error after some messages returns their count, as the
+ * message went (one hooked sendmsg each, which finishes a message sent in
+ * part); an error after some messages returns their count, as the
  * kernel does. */
 int recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct timespec *to)
 {
@@ -294,19 +295,22 @@ int recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct timespec *
 int sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags)
 {
     struct hk_call c = {SYS_sendmmsg, {fd, (long)v, n, flags}};
-    int nowait = flags & MSG_DONTWAIT;
-    long r = hk_transfer(fd, FERN_WRITE, nowait, &c);
-    if (r <= 0 || (unsigned)r >= n || nowait || !owes_all(fd))
-        return (int)hk_ret(r);
-    long done = r;
-    while ((unsigned)done < n) {
-        struct hk_call more = {SYS_sendmmsg, {fd, (long)(v + done), n - (unsigned)done, flags}};
-        long k = hk_green_transfer(fd, FERN_WRITE, 0, &more, -1);
-        if (k <= 0)
+    if (HK_LIKELY(!hk_green()) || (flags & MSG_DONTWAIT) || !owes_all(fd))
+        return (int)hk_ret(hk_transfer(fd, FERN_WRITE, flags & MSG_DONTWAIT, &c));
+    /* One sendmsg per message: the hooked sendmsg finishes a message the
+     * non-blocking attempt sent only part of, as the blocking call would
+     * (a second message must not start after half of the first). */
+    unsigned i = 0;
+    for (; i < n; i++) {
+        ssize_t r = sendmsg(fd, &v[i].msg_hdr, flags);
+        if (r < 0) {
+            if (i == 0)
+                return -1; /* errno set by sendmsg */
             break;
-        done += k;
+        }
+        v[i].msg_len = (unsigned)r;
     }
-    return (int)done;
+    return (int)i;
 }
 
 /* _FORTIFY_SOURCE: the buffer's known size must cover the request. */
