@@ -135,8 +135,26 @@ long io_file_call(long nr, const long *a)
     if (!thread_current())
         return raw6(nr, a);
     struct uop op;
-    if (file_sqe(nr, a, &op.sqe) && uring_has(op.sqe.opcode) && uring_run(&op) == 0)
-        return op.res;
+    if (file_sqe(nr, a, &op.sqe) && uring_has(op.sqe.opcode) && uring_run(&op) == 0) {
+        /* EAGAIN is not an answer a blocking call gives for a file (the
+         * kernel may give it when its io-wq cannot take the request), and
+         * under load this kernel has been seen to answer EFAULT for a
+         * buffered read into a valid buffer (a parked green thread's
+         * stack; 36-178 of ~150000 reads in bench/hooks/hooks.py's
+         * hook-file): the pool makes the plain call, which gives the true
+         * answer (a bad buffer still gets EFAULT there). A positioned read
+         * that came back short of a regular file's end asks for the rest
+         * there too. */
+        if (op.res != -EAGAIN && op.res != -EFAULT) {
+            if (op.sqe.opcode == IORING_OP_READ && nr == SYS_pread64 && op.res > 0 &&
+                (uint32_t)op.res < op.sqe.len) {
+                long rest[6] = {a[0], a[1] + op.res, a[2] - op.res, a[3] + op.res, 0, 0};
+                long more = io_file_call(SYS_pread64, rest);
+                return more > 0 ? op.res + more : op.res;
+            }
+            return op.res;
+        }
+    }
     uring_count_pool();
     struct sysjob j = {nr, a, 0};
     fern_blocking(sysjob_run, &j);

@@ -276,15 +276,18 @@ static void uring_submit(void *arg)
             r->sq_array[slot] = slot;
             __atomic_store_n(r->sq_tail, tail + 1, __ATOMIC_RELEASE);
             e = syscall(SYS_io_uring_enter, r->fd, 1, 0, 0, NULL, 0);
-            if (e == 1) {
+            if (e < 0)
+                e = -errno;
+            /* Consumed (the head moved past it): its CQE will come, even
+             * if the call reported an error for the rest. */
+            if (e == 1 || __atomic_load_n(r->sq_head, __ATOMIC_ACQUIRE) != tail) {
                 spin_unlock(&r->lock);
                 return; /* the completion wakes it (uring_reap) */
             }
-            /* Not taken: withdraw the SQE (still ours: the kernel consumed
-             * nothing, the head did not move past it). */
-            if (__atomic_load_n(r->sq_head, __ATOMIC_ACQUIRE) == tail)
-                __atomic_store_n(r->sq_tail, tail, __ATOMIC_RELEASE);
-            e = e < 0 ? -errno : -EAGAIN;
+            /* Not taken: withdraw the SQE (the kernel consumed nothing). */
+            __atomic_store_n(r->sq_tail, tail, __ATOMIC_RELEASE);
+            if (e >= 0)
+                e = -EAGAIN;
         } else {
             e = -EBUSY;
         }
