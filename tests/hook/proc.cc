@@ -450,3 +450,60 @@ TEST(HookProc, UserGroupAndResolverAsLibc) {
 }
 
 }  // namespace
+
+namespace {
+
+// The same calls from a plain thread: libc's behaviour (the kernel blocks
+// the caller), and from a second worker's green thread (2 workers).
+TEST(HookProc, PlainThreadsAsLibc) {
+    Child ch(6);
+    std::thread rel([&] {
+        usleep(20000);
+        ch.release();
+    });
+    int st = 0;
+    EXPECT_EQ(waitpid(ch.pid, &st, 0), ch.pid);
+    EXPECT_EQ(WEXITSTATUS(st), 6);
+    rel.join();
+    std::string path = "/tmp/fern-plainlock-" + std::to_string(getpid());
+    int a = open(path.c_str(), O_CREAT | O_RDWR, 0600), b = open(path.c_str(), O_RDWR);
+    ASSERT_EQ(flock(a, LOCK_EX), 0);
+    std::thread un([&] {
+        usleep(20000);
+        EXPECT_EQ(flock(a, LOCK_UN), 0);
+    });
+    int64_t t0 = fern_now_ns();
+    EXPECT_EQ(flock(b, LOCK_EX), 0);
+    EXPECT_GE(fern_now_ns() - t0, ms(15));
+    un.join();
+    close(a);
+    close(b);
+    unlink(path.c_str());
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR2);
+    siginfo_t si;
+    struct timespec ts = {0, 20000000};
+    EXPECT_EQ(sigtimedwait(&set, &si, &ts), -1);
+    EXPECT_EQ(get_errno(), EAGAIN);
+    EXPECT_EQ(WEXITSTATUS(system("exit 2")), 2);
+    EXPECT_NE(getpwnam("root"), nullptr);
+    // Two workers: the waiter's worker may differ from the releaser's.
+    fern_cluster *c = nullptr;
+    ASSERT_EQ(fern_cluster_create(&c, 2), 0);
+    Child c2(8);
+    fern_thread *w = nullptr, *r = nullptr;
+    int st2 = 0;
+    ASSERT_EQ(spawn_on(&w, c, [&] { EXPECT_EQ(waitpid(c2.pid, &st2, 0), c2.pid); }), 0);
+    ASSERT_EQ(spawn_on(&r, c, [&] {
+                  usleep(20000);
+                  c2.release();
+              }),
+              0);
+    EXPECT_EQ(fern_join(w, nullptr), 0);
+    EXPECT_EQ(fern_join(r, nullptr), 0);
+    EXPECT_EQ(WEXITSTATUS(st2), 8);
+    EXPECT_EQ(fern_cluster_destroy(c), 0);
+}
+
+}  // namespace
