@@ -145,6 +145,11 @@ long io_file_call(long nr, const long *a)
          * answer (a bad buffer still gets EFAULT there). A positioned read
          * that came back short of a regular file's end asks for the rest
          * there too. */
+        /* io_uring will not close an io_uring descriptor (a ring the
+         * program made with liburing, say): it answers EBADF, and the plain
+         * close then does it (or says EBADF again for a bad number). */
+        if (nr == SYS_close && op.res == -EBADF)
+            return raw6(nr, a);
         if (op.res != -EAGAIN && op.res != -EFAULT) {
             if (op.sqe.opcode == IORING_OP_READ && nr == SYS_pread64 && op.res > 0 &&
                 (uint32_t)op.res < op.sqe.len) {

@@ -294,6 +294,22 @@ TEST_P(HookFile, DirectGoesOffWorker) {
     unlink(path.c_str());
 }
 
+// close from a green thread goes off the worker; a descriptor io_uring
+// refuses to close (an io_uring ring) is still closed.
+TEST_P(HookFile, CloseOfARing) {
+    Workers w(GetParam());
+    w.run([&] {
+        struct io_params {
+            uint32_t a[30];
+        } p = {};
+        int ring = (int)syscall(SYS_io_uring_setup, 2, &p);
+        if (ring < 0) return; // no io_uring here: nothing to check
+        EXPECT_EQ(close(ring), 0);
+        EXPECT_EQ(fcntl(ring, F_GETFD), -1);
+        EXPECT_EQ(get_errno(), EBADF);
+    });
+}
+
 // fern_pread / fern_pwrite: results and errors, green and plain.
 TEST_P(HookFile, FernPreadPwrite) {
     std::string path = scratch("fp") + std::to_string(GetParam());
