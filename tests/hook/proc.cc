@@ -69,9 +69,12 @@ template <class B, class U> void parks(B block, U unblock) {
             }
             usleep(2000);
         }
+        // The ticker ticks while the call waits (a worker blocked in the
+        // call would tick no more until `unblock`, below, ends the wait).
         long ticks0 = tick.ticks.load();
-        usleep(30000);
-        EXPECT_GT(tick.ticks.load(), ticks0) << "the worker stopped while the call waited";
+        int64_t give_up = fern_now_ns() + kLateLimit;
+        while (tick.ticks.load() <= ticks0 + 2 && fern_now_ns() < give_up) usleep(2000);
+        EXPECT_GT(tick.ticks.load(), ticks0 + 2) << "the worker stopped while the call waited";
         EXPECT_FALSE(done.load());
         unblock();
         OneWorker::join(t);
