@@ -18,7 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 
 int hk_on;
@@ -55,8 +57,10 @@ __attribute__((constructor)) static void hk_start(void)
 /* Not inlined: errno's address must be computed after any park (hook.h). */
 __attribute__((noinline)) void hk_set_errno(int e) { errno = e; }
 
-long hk_flip(int fd, struct hk_fd *h)
+long hk_check(int fd, struct hk_fd *h)
 {
+    if (hk_state(h) & HK_CHECKED)
+        return 0;
     struct stat sb;
     long r = hk_sys(SYS_fstat, fd, &sb);
     if (r < 0)
@@ -67,16 +71,20 @@ long hk_flip(int fd, struct hk_fd *h)
         __atomic_store_n(&h->st, 0, __ATOMIC_RELEASE);
         return -EBADF;
     }
+    __atomic_fetch_or(&h->st, HK_CHECKED, __ATOMIC_ACQ_REL);
+    return 0;
+}
+
+long hk_desc_nonblock(int fd)
+{
     long fl = hk_sys(SYS_fcntl, fd, F_GETFL);
     if (fl < 0)
         return fl;
-    if (!(fl & O_NONBLOCK)) {
-        r = hk_sys(SYS_fcntl, fd, F_SETFL, fl | O_NONBLOCK);
-        if (r < 0)
-            return r;
-    }
-    __atomic_fetch_or(&h->st, HK_FLIPPED, __ATOMIC_ACQ_REL);
-    return 0;
+    struct hk_fd *h = hk_fd_find(fd);
+    /* socket.c's own one-attempt flag is not the user's. */
+    if (hk_state(h) & HK_WINDOW)
+        return 0;
+    return (fl & O_NONBLOCK) != 0;
 }
 
 long hk_poll_one(int fd, int dir, int64_t deadline)
@@ -95,28 +103,6 @@ long hk_poll_one(int fd, int dir, int64_t deadline)
     return r;
 }
 
-long hk_plain_retry(int fd, int dir, const struct hk_call *c)
-{
-    struct hk_fd *h = hk_fd_find(fd);
-    uint32_t st = hk_state(h);
-    /* Only a descriptor we switched to non-blocking behind a user who sees
-     * it blocking owes this thread a blocking call. */
-    if ((st & (HK_MANAGED | HK_USER_NB | HK_FLIPPED)) != (HK_MANAGED | HK_FLIPPED))
-        return -EAGAIN;
-    int64_t dl = hk_deadline(__atomic_load_n(dir == FERN_READ ? &h->rcvto : &h->sndto,
-                                             __ATOMIC_RELAXED));
-    for (;;) {
-        long w = hk_poll_one(fd, dir, dl);
-        if (w == 0)
-            return -EAGAIN; /* SO_RCVTIMEO / SO_SNDTIMEO passed, as in the kernel */
-        if (w < 0)
-            return w;
-        long r = hk_do(c);
-        if (r != -EAGAIN)
-            return r;
-    }
-}
-
 /* The size a read asks for when the short-transfer rule applies to it
  * (read, and recv/recvfrom without flags: one stream, nothing left queued
  * by a peek or a partial wait), else 0. Sizes above 1 GiB do not qualify:
@@ -129,24 +115,99 @@ static size_t short_ask(int dir, const struct hk_call *c)
     return n - 1 < (1u << 30) ? n : 0;
 }
 
-static long green_transfer(int fd, int dir, int nowait, const struct hk_call *c)
+/* The one-attempt form of c: the same call with MSG_DONTWAIT, or read,
+ * readv, write, writev as preadv2 / pwritev2 with RWF_NOWAIT at the file
+ * position (offset -1; the high half of the offset is 0). `iov` holds the
+ * vector of a flat read or write. Returns 0, or -1 if c has none. */
+static int nowait_form(const struct hk_call *c, struct hk_call *nw, struct iovec *iov)
+{
+    *nw = *c;
+    switch (c->nr) {
+    case SYS_read:
+    case SYS_write:
+        iov->iov_base = (void *)c->a[1];
+        iov->iov_len = (size_t)c->a[2];
+        *nw = (struct hk_call){c->nr == SYS_read ? SYS_preadv2 : SYS_pwritev2,
+                               {c->a[0], (long)iov, 1, -1, 0, RWF_NOWAIT}};
+        return 0;
+    case SYS_readv:
+    case SYS_writev:
+        *nw = (struct hk_call){c->nr == SYS_readv ? SYS_preadv2 : SYS_pwritev2,
+                               {c->a[0], c->a[1], c->a[2], -1, 0, RWF_NOWAIT}};
+        return 0;
+    case SYS_recvfrom:
+    case SYS_sendto:
+        nw->a[3] |= MSG_DONTWAIT;
+        return 0;
+    case SYS_recvmsg:
+    case SYS_sendmsg:
+        nw->a[2] |= MSG_DONTWAIT;
+        return 0;
+    case SYS_recvmmsg:
+    case SYS_sendmmsg:
+        nw->a[3] |= MSG_DONTWAIT;
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+/* Park until fd is ready in dir (a zero-timeout poll first, then the
+ * fd's edge), within the deadline: 1 ready, 0 timed out, -errno. */
+static long wait_ready(int fd, int dir, int64_t dl)
+{
+    for (;;) {
+        struct fern__pollent pe = {.fd = fd, .dirs = dir};
+        if (fern__io_snap(&pe))
+            return hk_poll_one(fd, dir, dl); /* the poller will not take it */
+        struct pollfd p = {.fd = fd, .events = (short)(dir == FERN_READ ? POLLIN : POLLOUT)};
+        struct timespec zero = {0, 0};
+        long w = hk_sys(SYS_ppoll, &p, 1, &zero, NULL, 0);
+        if (w != 0)
+            return w;
+        int k = fern__io_park(&pe, 1, dl);
+        if (k == 0)
+            return 0;
+        if (k < 0)
+            return -EBADF;
+    }
+}
+
+static long green_transfer(int fd, int dir, int nowait, const struct hk_call *c, int64_t dl)
 {
     struct hk_fd *h = hk_fd_find(fd);
     uint32_t st = hk_state(h);
-    if (nowait || (st & (HK_MANAGED | HK_USER_NB)) != HK_MANAGED)
-        return hk_do(c); /* not ours, or the user asked for EAGAIN */
-    if (!(st & HK_FLIPPED) && hk_flip(fd, h) < 0)
+    struct hk_call nw;
+    struct iovec iov;
+    if (nowait || nowait_form(c, &nw, &iov))
+        return hk_do(c); /* the user asked for one attempt */
+    if (!(st & HK_MANAGED) || hk_check(fd, h) < 0) {
+        /* Not a descriptor the poller can wait on: perhaps a file. */
+        if (c->nr == SYS_read || c->nr == SYS_readv || c->nr == SYS_write ||
+            c->nr == SYS_writev)
+            return hk_file_io(fd, c, &nw);
         return hk_do(c);
-    int64_t dl = -1;
+    }
+    if (dl < 0 && (st & HK_POLLFIRST))
+        dl = hk_deadline(__atomic_load_n(dir == FERN_READ ? &h->rcvto : &h->sndto,
+                                         __ATOMIC_RELAXED));
     size_t ask = short_ask(dir, c);
     int last = 0; /* the deadline passed while skipping: one call, then EAGAIN */
     for (;;) {
-        struct fern__pollent pe = {.fd = fd, .dirs = dir};
-        if (fern__io_snap(&pe)) {
-            /* The poller will not take it: block this worker instead. */
-            long r = hk_do(c);
-            return r == -EAGAIN ? hk_plain_retry(fd, dir, c) : r;
+        if (hk_state(h) & HK_POLLFIRST) {
+            /* No per-call non-blocking form for this file: wait until poll
+             * says ready, then the user's own call. */
+            long r = hk_desc_nonblock(fd);
+            if (r != 0)
+                return r < 0 ? r : hk_do(c);
+            long w = wait_ready(fd, dir, dl);
+            if (w == 0)
+                return -EAGAIN;
+            return w < 0 ? w : hk_do(c);
         }
+        struct fern__pollent pe = {.fd = fd, .dirs = dir};
+        if (fern__io_snap(&pe))
+            return hk_do(c); /* the poller will not take it: the plain call */
         uint32_t token = 0;
         if (ask) {
             /* The last read of this TCP socket was short and no edge came
@@ -162,7 +223,15 @@ static long green_transfer(int fd, int dir, int nowait, const struct hk_call *c)
             }
             token = fern__io_begin(&pe);
         }
-        long r = hk_do(c);
+        long r = hk_do(&nw);
+        if (r == -EOPNOTSUPP && nw.nr != c->nr) {
+            /* RWF_NOWAIT refused (a tty): remember, and wait with poll. */
+            __atomic_fetch_or(&h->st, HK_POLLFIRST, __ATOMIC_ACQ_REL);
+            if (dl < 0)
+                dl = hk_deadline(__atomic_load_n(dir == FERN_READ ? &h->rcvto : &h->sndto,
+                                                 __ATOMIC_RELAXED));
+            continue;
+        }
         if (r != -EAGAIN) {
             if (token && r > 0 && (size_t)r < ask)
                 fern__io_short(&pe, token);
@@ -170,6 +239,11 @@ static long green_transfer(int fd, int dir, int nowait, const struct hk_call *c)
         }
         if (last)
             return -EAGAIN;
+        /* A description the user (or another holder) made non-blocking
+         * owes EAGAIN, not a wait. */
+        long nb = hk_desc_nonblock(fd);
+        if (nb != 0)
+            return nb < 0 ? nb : -EAGAIN;
         if (dl < 0)
             dl = hk_deadline(__atomic_load_n(dir == FERN_READ ? &h->rcvto : &h->sndto,
                                              __ATOMIC_RELAXED));
@@ -181,10 +255,10 @@ static long green_transfer(int fd, int dir, int nowait, const struct hk_call *c)
     }
 }
 
-long hk_green_transfer(int fd, int dir, int nowait, const struct hk_call *c)
+long hk_green_transfer(int fd, int dir, int nowait, const struct hk_call *c, int64_t deadline)
 {
     HK_TSAN_ENTER();
-    long r = green_transfer(fd, dir, nowait, c);
+    long r = green_transfer(fd, dir, nowait, c, deadline);
     HK_TSAN_LEAVE();
     return r;
 }

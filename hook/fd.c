@@ -1,9 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fd bookkeeping: the hook's table of descriptors, and the calls that
- * create, copy, inspect and close them (close, dup*, fcntl, ioctl(FIONBIO),
- * pipe*, epoll_create*). The model and the O_NONBLOCK invariant are in
- * hook.h.
+ * create, copy, inspect and close them (close, dup*, fcntl,
+ * pipe*, epoll_create*). The model and the O_NONBLOCK rule are in hook.h.
  *
  * The table is two-level (chunks of HK_CHUNK entries, allocated on first
  * use, never freed), indexed by fd number, covering fds below 2^20; larger
@@ -17,9 +16,15 @@
  * sees it (libc's internal close in fclose of an fdopen'ed socket, a
  * sanitizer runtime's own close) leaves its entry behind for the next file
  * with that number. So an entry records the file it was adopted for (device
- * and inode, one fstat at creation), and before the kernel flag is switched
- * on (hk_flip, once per descriptor) the file is checked: a different file
- * means a stale entry, which is dropped, and the call passes through.
+ * and inode, one fstat at creation), and before its first wait (hk_check,
+ * once per descriptor) the file is checked: a different file means a stale
+ * entry, which is dropped, and the call passes through.
+ *
+ * The flags are the kernel's: fcntl(F_GETFL / F_SETFL) passes through (and
+ * ioctl is not hooked), since the hook never changes them (hook.h), except
+ * for the one
+ * accept or connect attempt during which socket.c has O_NONBLOCK on
+ * (HK_WINDOW): F_GETFL does not show it.
  */
 #include "hook.h"
 
@@ -27,7 +32,6 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
-#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -65,7 +69,7 @@ static struct hk_fd *hk_fd_get(int fd)
     return &c[(unsigned)fd % HK_CHUNK];
 }
 
-void hk_adopt(int fd, int user_nb, const struct hk_fd *from)
+void hk_adopt(int fd, const struct hk_fd *from)
 {
     fern__io_forget(fd);
     struct hk_fd *h = hk_fd_get(fd);
@@ -75,13 +79,26 @@ void hk_adopt(int fd, int user_nb, const struct hk_fd *from)
     int64_t sto = from ? __atomic_load_n(&from->sndto, __ATOMIC_RELAXED) : 0;
     __atomic_store_n(&h->rcvto, rto, __ATOMIC_RELAXED);
     __atomic_store_n(&h->sndto, sto, __ATOMIC_RELAXED);
-    uint32_t st = from ? hk_state(from) : HK_MANAGED | (user_nb ? HK_USER_NB : 0);
+    uint32_t st = HK_MANAGED | (from ? hk_state(from) & HK_POLLFIRST : 0);
+    if (from && !(hk_state(from) & HK_MANAGED))
+        st = hk_state(from) & HK_DIRECT; /* a copy of an O_DIRECT file */
     struct stat sb;
     if (hk_sys(SYS_fstat, fd, &sb) < 0)
         st = 0;
     __atomic_store_n(&h->dev, (uint64_t)sb.st_dev, __ATOMIC_RELAXED);
     __atomic_store_n(&h->ino, (uint64_t)sb.st_ino, __ATOMIC_RELAXED);
     __atomic_store_n(&h->st, st, __ATOMIC_RELEASE);
+}
+
+void hk_mark_direct(int fd, int on)
+{
+    struct hk_fd *h = on ? hk_fd_get(fd) : hk_fd_find(fd);
+    if (!h)
+        return;
+    if (on)
+        __atomic_fetch_or(&h->st, HK_DIRECT, __ATOMIC_ACQ_REL);
+    else
+        __atomic_fetch_and(&h->st, ~HK_DIRECT, __ATOMIC_ACQ_REL);
 }
 
 void hk_drop(int fd)
@@ -100,17 +117,28 @@ static long hk_copied(int fd, long nfd)
 {
     if (nfd >= 0) {
         struct hk_fd *h = hk_fd_find(fd);
-        if (hk_state(h) & HK_MANAGED)
-            hk_adopt((int)nfd, 0, h);
+        if (hk_state(h) & (HK_MANAGED | HK_DIRECT))
+            hk_adopt((int)nfd, h);
         else if (hk_state(hk_fd_find((int)nfd)))
             hk_drop((int)nfd);
     }
     return nfd;
 }
 
+/* A managed descriptor (a socket, a pipe) closes at once; anything else may
+ * be a file whose last close flushes it (NFS, FUSE): on a green thread that
+ * close goes off the worker (file.c). */
 int close(int fd)
 {
+    uint32_t st = hk_state(hk_fd_find(fd));
     hk_drop(fd);
+    if (!(st & HK_MANAGED) && hk_green()) {
+        long a[6] = {fd, 0, 0, 0, 0, 0};
+        HK_TSAN_ENTER();
+        long r = fern__file_call(SYS_close, a);
+        HK_TSAN_LEAVE();
+        return (int)hk_ret(r);
+    }
     return (int)hk_ret(hk_sys(SYS_close, fd));
 }
 
@@ -142,26 +170,21 @@ static long hk_fcntl(int fd, int cmd, long arg)
     case F_GETFL: {
         long r = hk_sys(SYS_fcntl, fd, cmd);
         h = hk_fd_find(fd);
-        uint32_t st = hk_state(h);
-        /* Only a flipped descriptor's kernel flag differs from the user's. */
-        if (r >= 0 && (st & (HK_MANAGED | HK_FLIPPED)) == (HK_MANAGED | HK_FLIPPED))
-            r = (r & ~(long)O_NONBLOCK) | (st & HK_USER_NB ? O_NONBLOCK : 0);
+        /* socket.c's one-attempt flag is not the user's (it only ever sets
+         * it on a description that was blocking). */
+        if (r >= 0 && (hk_state(h) & HK_WINDOW))
+            r &= ~(long)O_NONBLOCK;
         return r;
     }
     case F_SETFL: {
-        h = hk_fd_find(fd);
-        uint32_t st = hk_state(h);
-        if (!(st & HK_MANAGED))
-            return hk_sys(SYS_fcntl, fd, cmd, arg);
-        long r = hk_sys(SYS_fcntl, fd, cmd, arg | (st & HK_FLIPPED ? O_NONBLOCK : 0));
-        if (r >= 0) {
-            if (arg & O_NONBLOCK)
-                __atomic_fetch_or(&h->st, HK_USER_NB, __ATOMIC_ACQ_REL);
-            else
-                __atomic_fetch_and(&h->st, ~HK_USER_NB, __ATOMIC_ACQ_REL);
-        }
+        long r = hk_sys(SYS_fcntl, fd, cmd, arg);
+        if (r == 0 && !(hk_state(hk_fd_find(fd)) & HK_MANAGED))
+            hk_mark_direct(fd, (arg & O_DIRECT) != 0);
         return r;
     }
+    case F_SETLKW:
+    case F_OFD_SETLKW:
+        return hk_fcntl_lockw(fd, cmd, arg); /* lock.c */
     case F_DUPFD:
     case F_DUPFD_CLOEXEC:
         return hk_copied(fd, hk_sys(SYS_fcntl, fd, cmd, arg));
@@ -188,39 +211,12 @@ int fcntl64(int fd, int cmd, ...)
     return (int)hk_ret(hk_fcntl(fd, cmd, arg));
 }
 
-int ioctl(int fd, unsigned long req, ...)
-{
-    va_list ap;
-    va_start(ap, req);
-    void *arg = va_arg(ap, void *);
-    va_end(ap);
-    if (req == FIONBIO) {
-        struct hk_fd *h = hk_fd_find(fd);
-        uint32_t st = hk_state(h);
-        if ((st & HK_MANAGED) && arg) {
-            int on = *(const int *)arg;
-            /* Kernel flag stays on while FLIPPED; the user's bit is ours. */
-            if (!(st & HK_FLIPPED)) {
-                long r = hk_sys(SYS_ioctl, fd, req, arg);
-                if (r < 0)
-                    return (int)hk_ret(r);
-            }
-            if (on)
-                __atomic_fetch_or(&h->st, HK_USER_NB, __ATOMIC_ACQ_REL);
-            else
-                __atomic_fetch_and(&h->st, ~HK_USER_NB, __ATOMIC_ACQ_REL);
-            return 0;
-        }
-    }
-    return (int)hk_ret(hk_sys(SYS_ioctl, fd, req, arg));
-}
-
 int pipe2(int fds[2], int flags)
 {
     long r = hk_sys(SYS_pipe2, fds, flags);
     if (r == 0) {
-        hk_adopt(fds[0], flags & O_NONBLOCK, NULL);
-        hk_adopt(fds[1], flags & O_NONBLOCK, NULL);
+        hk_adopt(fds[0], NULL);
+        hk_adopt(fds[1], NULL);
     }
     return (int)hk_ret(r);
 }
@@ -231,7 +227,7 @@ int epoll_create1(int flags)
 {
     long r = hk_sys(SYS_epoll_create1, flags);
     if (r >= 0)
-        hk_adopt((int)r, 0, NULL);
+        hk_adopt((int)r, NULL);
     return (int)hk_ret(r);
 }
 

@@ -13,23 +13,37 @@
  * socketpair, accept, accept4, pipe, pipe2, epoll_create*, and dup* of those)
  * are "managed"; everything else (0, 1, 2, whatever the process inherited,
  * descriptors libc opens internally) passes straight through and is never
- * touched. A managed descriptor keeps the user's O_NONBLOCK bit (USER_NB) in
- * this table; the first time a green thread would block on it, the kernel
- * flag is switched on (FLIPPED) and stays on until close. fcntl(F_GETFL)
- * shows the user's bit, F_SETFL and ioctl(FIONBIO) change only the user's
- * bit. Invariant: kernel O_NONBLOCK == USER_NB || FLIPPED.
+ * touched.
  *
- * Waiting. A call that gets EAGAIN on a managed descriptor the user sees as
- * blocking waits and retries:
- *  - on a green thread it parks through libfern (io/hookapi.h: tick snapshot
- *    before the call, park on the fd's edge, deadline from SO_RCVTIMEO /
- *    SO_SNDTIMEO, EAGAIN when it passes, EBADF when the fd is closed); on
- *    a TCP socket whose last read came back short, a read parks before its
- *    system call, which could only say EAGAIN (fern's short-transfer rule,
- *    src/io/fdtab.c; core.c's green_transfer);
- *  - on a plain thread (only possible once FLIPPED) it blocks in ppoll(2)
- *    with the same deadline, which is what the kernel's blocking call does.
- * A user non-blocking descriptor or MSG_DONTWAIT gets EAGAIN, as from libc.
+ * The file's flags are never changed. O_NONBLOCK belongs to the open file
+ * description, which a dup, a fork child or a process that received it over
+ * SCM_RIGHTS shares: a flag switched on behind the user's back leaks to all
+ * of them (stdio on an fdopen'ed socket, a child's blocking read, a
+ * recv(MSG_WAITALL) that comes back short). So a green thread asks for one
+ * non-blocking attempt per call instead: MSG_DONTWAIT on the socket calls,
+ * preadv2/pwritev2 with RWF_NOWAIT (offset -1: the file position, as read
+ * and write use) in place of read, readv, write and writev. A descriptor
+ * whose driver refuses RWF_NOWAIT (EOPNOTSUPP: a tty or a pty) is marked
+ * HK_POLLFIRST: the green thread parks until poll says ready, then makes the
+ * blocking call, which then does not wait (unless another reader takes the
+ * data first: docs/hooks.md says so). accept and connect have no per-call
+ * flag: they switch the flag on for the one attempt and back at once
+ * (socket.c, HK_WINDOW hides it from F_GETFL meanwhile).
+ *
+ * Whether the user's description is non-blocking is asked of the kernel
+ * (F_GETFL) on the slow path only, after an EAGAIN: a description shared
+ * with another process may have been changed there, and a non-blocking one
+ * owes EAGAIN, not a wait.
+ *
+ * Waiting. A call that gets EAGAIN on a managed, blocking descriptor parks
+ * through libfern (io/hookapi.h: tick snapshot before the call, park on the
+ * fd's edge, deadline from SO_RCVTIMEO / SO_SNDTIMEO, EAGAIN when it passes,
+ * EBADF when the fd is closed) and retries; on a TCP socket whose last read
+ * came back short, a read parks before its system call, which could only
+ * say EAGAIN (fern's short-transfer rule, src/io/fdtab.c; core.c's
+ * green_transfer). A plain thread makes the call libc would make, unchanged:
+ * the kernel blocks it. A user non-blocking descriptor or MSG_DONTWAIT gets
+ * EAGAIN, as from libc.
  *
  * errno. Internals pass -errno values; errno is written once, at the end,
  * through a non-inlined store: a park may move the green thread to another
@@ -94,9 +108,11 @@ static inline long hk_ret(long r)
     return r;
 }
 
-#define HK_MANAGED 1u
-#define HK_USER_NB 2u
-#define HK_FLIPPED 4u
+#define HK_MANAGED   1u
+#define HK_CHECKED   2u /* the file identity was checked once (hk_check) */
+#define HK_POLLFIRST 4u /* RWF_NOWAIT refused: wait for poll, then the plain call */
+#define HK_WINDOW    8u /* socket.c has O_NONBLOCK on for one accept/connect */
+#define HK_DIRECT    16u /* an unmanaged file opened (or set) O_DIRECT: file.c */
 
 struct hk_fd {
     uint32_t st;            /* HK_* bits, atomic */
@@ -106,9 +122,11 @@ struct hk_fd {
 
 /* The entry of fd, or NULL if it never had one (no allocation). */
 struct hk_fd *hk_fd_find(int fd) HK_HIDDEN;
-/* fd was just created by a hooked call: start it clean and managed, its
- * user flags `user_nb`, or a copy of `from` (dup). */
-void hk_adopt(int fd, int user_nb, const struct hk_fd *from) HK_HIDDEN;
+/* fd was just created by a hooked call: start it clean and managed, or a
+ * copy of `from` (dup). */
+void hk_adopt(int fd, const struct hk_fd *from) HK_HIDDEN;
+/* Record whether an unmanaged fd is O_DIRECT (file.c). */
+void hk_mark_direct(int fd, int on) HK_HIDDEN;
 /* fd is being closed or replaced: wake its waiters (EBADF), forget it. */
 void hk_drop(int fd) HK_HIDDEN;
 static inline uint32_t hk_state(const struct hk_fd *h)
@@ -122,28 +140,38 @@ static inline int64_t hk_deadline(int64_t to_ns)
     return to_ns > 0 ? fern_now_ns() + to_ns : FERN_FOREVER;
 }
 
-/* The waits after EAGAIN (hook/core.c). */
-long hk_plain_retry(int fd, int dir, const struct hk_call *c) HK_HIDDEN;
-long hk_green_transfer(int fd, int dir, int nowait, const struct hk_call *c) HK_HIDDEN;
+/* The wait after EAGAIN on a green thread (hook/core.c). `deadline`: an
+ * absolute one carried over from an earlier part of the same call, or -1 to
+ * take SO_RCVTIMEO / SO_SNDTIMEO from now. */
+long hk_green_transfer(int fd, int dir, int nowait, const struct hk_call *c,
+                       int64_t deadline) HK_HIDDEN;
 /* Wait on a plain thread for fd in dir until the deadline: 1 ready, 0 timed
  * out, -errno. */
 long hk_poll_one(int fd, int dir, int64_t deadline) HK_HIDDEN;
-/* Switch the kernel flag on for a managed descriptor: 0 or -errno. */
-long hk_flip(int fd, struct hk_fd *h) HK_HIDDEN;
+/* A managed fd's first wait: is it still the file it was adopted for? 0, or
+ * -EBADF (the entry was stale and is dropped). */
+long hk_check(int fd, struct hk_fd *h) HK_HIDDEN;
+/* 1 if fd's open file description is non-blocking (the kernel's flag), 0 if
+ * not, -errno. */
+long hk_desc_nonblock(int fd) HK_HIDDEN;
 
-/* A transfer (read, write, recv, ...): try; on EAGAIN where the user sees a
- * blocking descriptor, wait and retry. The plain-thread path is the hot one
+/* A read or write of an unmanaged descriptor on a green thread (file.c):
+ * nw, c's one-attempt form, on the worker; if it would wait and fd is a
+ * regular file or a block device, c off the worker; else c itself. */
+long hk_file_io(int fd, const struct hk_call *c, const struct hk_call *nw) HK_HIDDEN;
+/* fcntl(F_SETLKW / F_OFD_SETLKW) (lock.c): -errno or the kernel's value. */
+long hk_fcntl_lockw(int fd, int cmd, long arg) HK_HIDDEN;
+/* _FORTIFY_SOURCE's verdict on a buffer too small: the message, abort. */
+void hk_overflow(void) HK_HIDDEN __attribute__((noreturn));
+
+/* A transfer (read, write, recv, ...). The plain-thread path is the hot one
  * for code that never uses green threads: one flag load, one call, the
- * system call. */
+ * system call, exactly libc's. */
 static inline long hk_transfer(int fd, int dir, int nowait, const struct hk_call *c)
 {
-    if (HK_LIKELY(!hk_green())) {
-        long r = hk_do(c);
-        if (HK_LIKELY(r != -EAGAIN) || nowait)
-            return r;
-        return hk_plain_retry(fd, dir, c);
-    }
-    return hk_green_transfer(fd, dir, nowait, c);
+    if (HK_LIKELY(!hk_green()))
+        return hk_do(c);
+    return hk_green_transfer(fd, dir, nowait, c, -1);
 }
 
 /* Run fn(arg) on fern's blocking pool from a green thread. */

@@ -1,8 +1,14 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
 """fern-hook benchmarks (docs/hooks.md): hook-sleep, hook-pg, hook-redis
-(green threads vs pthreads vs redis-benchmark -c 200, same run) and
-hook-plain (a pthread's pipe round trip with and without fern-hook).
+(green threads vs pthreads vs redis-benchmark -c 200, same run),
+hook-plain (a pthread's pipe round trip with and without fern-hook) and
+hook-file (random 4 KiB preads of a 2 GiB file with the page cache
+dropped, 64 green threads vs 64 pthreads, and page-cache hits against the
+raw system call; --file-only runs just this one). The file is written in
+the temporary directory (2 GiB of disk: checked first) and deleted at the
+end; dropping the cache needs root (/proc/sys/vm/drop_caches), else the
+file's own pages are dropped with posix_fadvise.
 
 Starts its own redis-server and PostgreSQL on free 127.0.0.1 ports in temp
 directories (PostgreSQL as the `postgres` user when run as root) and stops
@@ -116,6 +122,9 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--redis-seconds", type=float, default=3)
     ap.add_argument("--render", action="store_true", help="only rewrite results/hooks.md from results/hooks.json")
+    ap.add_argument("--file-only", action="store_true", help="run only hook-file (results/hooks-file.*)")
+    ap.add_argument("--file-mib", type=int, default=2048)
+    ap.add_argument("--file-seconds", type=float, default=5)
     a = ap.parse_args()
     if a.render:
         with open(os.path.join(HERE, "results", "hooks.json")) as f:
@@ -124,12 +133,20 @@ def main():
     b = os.path.join(a.build_dir, "bench")
     tmp = tempfile.mkdtemp(prefix="fern-hookbench-")
     os.chmod(tmp, 0o755)
+    if a.file_only:
+        try:
+            res = {"runs": a.runs, "cpus": os.cpu_count(), "load": [], "file": file_bench(b, tmp, a)}
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        write_file(res)
+        return
     res = {"runs": a.runs, "cpus": os.cpu_count(), "load": [], "sleep": [], "pg": [], "redis_green": [],
            "redis_pthread": [], "redis_benchmark": [], "plain_hooked": [], "plain_nohook": []}
     redis = pg = None
     try:
         redis, rport = start_redis(tmp)
         pg, conninfo = start_pg(tmp)
+        res["file"] = file_bench(b, tmp, a)
         for r in range(a.runs):
             res["load"].append(loadavg())
             res["sleep"].append(run_json([b + "/hook_sleep"]))
@@ -155,6 +172,73 @@ def main():
             m = re.search(r"Collected : (\d+)", out)
             res["callgrind"][name] = int(m.group(1)) if m else None
     write(res)
+
+
+def drop_cache(path):
+    """The file's pages out of the page cache: the whole cache as root,
+    the file's own (clean) pages otherwise."""
+    subprocess.run(["sync"])
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("1")
+    except OSError:
+        fd = os.open(path, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+
+
+def file_bench(b, tmp, a):
+    need = a.file_mib << 20
+    free = shutil.disk_usage(tmp).free
+    if free < need + (1 << 30):
+        sys.exit("hook-file needs %d MiB in %s, %d MiB free" % (a.file_mib + 1024, tmp, free >> 20))
+    path = os.path.join(tmp, "file")
+    out = {"mib": a.file_mib, "seconds": a.file_seconds, "green": [], "pthread": [], "hit": [], "load": []}
+    try:
+        subprocess.check_call([b + "/hook_file", "prepare", path, str(a.file_mib)])
+        for r in range(a.runs):
+            out["load"].append(loadavg())
+            drop_cache(path)
+            out["green"].append(run_json([b + "/hook_file", "green", path, str(a.file_seconds)]))
+            drop_cache(path)
+            out["pthread"].append(run_json([b + "/hook_file", "pthread", path, str(a.file_seconds)]))
+            out["hit"].append(run_json([b + "/hook_file", "hit", path]))
+            print("hook-file run %d/%d done (load %.1f)" % (r + 1, a.runs, out["load"][-1]), flush=True)
+        out["load"].append(loadavg())
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
+    return out
+
+
+def file_lines(fr):
+    g, p, h = fr["green"], fr["pthread"], fr["hit"]
+    ratios = [x["reads_per_s"] / y["reads_per_s"] for x, y in zip(g, p)]
+    hits = [x["hooked_ns"] / x["raw_ns"] for x in h]
+    return [
+        "| hook-file: random 4 KiB preads of a %d MiB file, page cache dropped, 64 green threads (%s), %.0f s | %.0f reads/s median (min %.0f, max %.0f), ticker late %.1f ms median (max %.1f), errors %d | >= 0.9x pthreads, late <= 10 ms |"
+        % (fr["mib"], g[0]["file_io"], fr["seconds"], med([x["reads_per_s"] for x in g]),
+           min(x["reads_per_s"] for x in g), max(x["reads_per_s"] for x in g),
+           med([x["ticker_late_max_ms"] for x in g]), max(x["ticker_late_max_ms"] for x in g),
+           sum(x["errors"] for x in g)),
+        "| hook-file: 64 pthreads, same loop | %.0f reads/s median (green/pthread per run: %s) | |"
+        % (med([x["reads_per_s"] for x in p]), ", ".join("%.2f" % x for x in ratios)),
+        "| hook-file: page-cache hit, hooked pread on a green thread vs raw pread64 | %.0f ns vs %.0f ns (ratio per run: %s) | <= 1.1x |"
+        % (med([x["hooked_ns"] for x in h]), med([x["raw_ns"] for x in h]), ", ".join("%.2f" % x for x in hits)),
+    ]
+
+
+def write_file(res):
+    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+    with open(os.path.join(HERE, "results", "hooks-file.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    lines = ["# fern-hook file benchmark (bench/hooks/hooks.py --file-only)", "",
+             "Median of %d interleaved runs on %d CPUs. Load average during the runs: %s." %
+             (res["runs"], res["cpus"], ", ".join("%.1f" % x for x in res["file"]["load"])), "",
+             "| benchmark | figure | target |", "|---|---|---|"] + file_lines(res["file"])
+    with open(os.path.join(HERE, "results", "hooks-file.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
 
 
 def med(xs):
@@ -202,6 +286,8 @@ def write(res):
         "| hook-plain: pthread pipe write+read, with fern-hook | %.1f ns | |" % ph,
         "| hook-plain: same, without fern-hook | %.1f ns (hooked/plain = %.3f) | within 2%% |" % (pn, ph / pn),
     ]
+    if res.get("file"):
+        lines += file_lines(res["file"])
     if cg.get("hook_plain") and cg.get("hook_plain_nohook"):
         lines.append("| hook-plain under callgrind, 100k round trips (user-space instructions) | %d with, %d without (%+.1f%%) | |"
                      % (cg["hook_plain"], cg["hook_plain_nohook"], 100.0 * (cg["hook_plain"] / cg["hook_plain_nohook"] - 1)))

@@ -696,8 +696,19 @@ int fern_close(int fd);
  * by fn is carried back to the caller. */
 void *fern_blocking(void *(*fn)(void *), void *arg);
 
-/* pread(2) / pwrite(2) run through fern_blocking (regular files never report
- * EAGAIN, so epoll cannot help them). */
+/* pread(2) / pwrite(2) that never block the worker (regular files never
+ * report readiness, so epoll cannot help them). On a green thread the call
+ * is first made on the worker as preadv2/pwritev2 with RWF_NOWAIT, which the
+ * page cache serves at the plain call's cost; if the kernel would have to
+ * wait (a cache miss, a write the file system cannot do without blocking),
+ * the green thread parks while io_uring (a ring per worker, probed once at
+ * start) or, where the kernel refuses io_uring or $FERN_IO_URING=0, the
+ * blocking pool does the call (fern_stats().file_io says which). From a plain
+ * thread, the plain pread(2) / pwrite(2). fern-hook's pread, read and the
+ * other file calls take the same path (docs/hooks.md).
+ * Returns the bytes read (0 at end of file) or written, or -1 with errno:
+ * EINVAL for a negative offset, else pread(2)'s and pwrite(2)'s (EBADF,
+ * EFAULT, EISDIR, ENOSPC, EIO, ...). */
 ssize_t fern_pread(int fd, void *buf, size_t n, int64_t offset);
 ssize_t fern_pwrite(int fd, const void *buf, size_t n, int64_t offset);
 
@@ -711,6 +722,15 @@ typedef enum fern_guard_mode {
     FERN_GUARD_MPROTECT = 1, /* PROT_NONE guard page: two mappings per stack */
     FERN_GUARD_CANARY = 2,   /* canary word checked at every switch */
 } fern_guard_mode;
+
+/* How file calls that would wait for the disk run (fern_pread, fern-hook's
+ * file calls; see docs/hooks.md). */
+typedef enum fern_file_io {
+    FERN_FILE_IO_POOL = 0,  /* on the blocking pool: io_uring refused by the
+                               kernel (too old, kernel.io_uring_disabled, a
+                               seccomp filter) or $FERN_IO_URING=0 */
+    FERN_FILE_IO_URING = 1, /* on io_uring, a ring per worker */
+} fern_file_io;
 
 /* Like struct stat and stat(2), the struct and the function share a name:
  * declare `struct fern_stats s;` and call fern_stats(&s). */
@@ -756,6 +776,13 @@ struct fern_stats {
                                   (none with $FERN_DEADLOCK=off; with
                                   $FERN_DEADLOCK=fatal the first one ends
                                   the process with abort()) */
+    /* File calls off the worker (fern_pread, fern-hook's file calls). */
+    fern_file_io file_io;      /* io_uring or the blocking pool, as probed
+                                  at start (fern_dump says why) */
+    uint64_t file_nowait_hits; /* served by the page cache on the worker
+                                  (preadv2 with RWF_NOWAIT), since fern_init */
+    uint64_t file_uring_ops;   /* calls completed on io_uring */
+    uint64_t file_pool_ops;    /* calls run on the blocking pool */
 };
 
 /* Fill *s with counters (read without stopping workers: each is exact, the

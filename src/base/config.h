@@ -17,6 +17,7 @@ struct config {
     size_t stack_size;         /* default stack size */
     bool bias;                 /* $FERN_BIAS */
     unsigned blocking_max;     /* $FERN_BLOCKING_MAX */
+    bool io_uring;             /* $FERN_IO_URING: file calls may use io_uring */
     int guard;                 /* $FERN_GUARD: CONFIG_GUARD_* */
     uint32_t guard_budget;     /* $FERN_GUARD_BUDGET */
     int dump_signal;           /* $FERN_DUMP_SIGNAL: the signal, 0 for none */

@@ -169,6 +169,7 @@ int fern_stats(struct fern_stats *s)
     memset(s, 0, sizeof *s);
     s->bias_revocations = bias_revocations();
     s->poller_ctls = io_poller_ctls();
+    io_file_stats(s);
     sched_stats(s);
     stack_stats(s);
     monitor_stats(s);
@@ -191,6 +192,7 @@ int fern_dump(FILE *f)
             (unsigned long long)s.stacks_mapped, (unsigned long long)s.stacks_in_use);
     preempt_dump(f);
     trace_report(f);
+    io_file_dump(f);
     sched_dump_clusters(f);
     int n = threads_dump(f);
     fflush(f);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The blocking pool: helper kernel threads for work that cannot be made
- * non-blocking (regular files, DNS, foreign libraries).
+ * non-blocking (DNS, foreign libraries, file calls where io_uring cannot
+ * take them: file.c).
  *
  * A green thread calling fern_blocking parks; its job is queued only in the
  * post-switch action (park after save), a helper runs it and wakes the thread
@@ -148,34 +149,6 @@ void blocking_fini(void)
     BP.stopping = false;
     BP.max = 0;
     pthread_mutex_unlock(&BP.mu);
-}
-
-struct prw {
-    int fd;
-    void *buf;
-    size_t n;
-    int64_t off;
-    bool write;
-};
-
-static void *prw_run(void *arg)
-{
-    struct prw *p = arg;
-    ssize_t r = p->write ? pwrite(p->fd, p->buf, p->n, (off_t)p->off)
-                         : pread(p->fd, p->buf, p->n, (off_t)p->off);
-    return (void *)(intptr_t)r;
-}
-
-ssize_t fern_pread(int fd, void *buf, size_t n, int64_t offset)
-{
-    struct prw p = {fd, buf, n, offset, false};
-    return (ssize_t)(intptr_t)fern_blocking(prw_run, &p);
-}
-
-ssize_t fern_pwrite(int fd, const void *buf, size_t n, int64_t offset)
-{
-    struct prw p = {fd, (void *)buf, n, offset, true};
-    return (ssize_t)(intptr_t)fern_blocking(prw_run, &p);
 }
 
 unsigned blocking_threads(void)

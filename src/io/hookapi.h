@@ -64,6 +64,16 @@ FERN__API void fern__io_short(const struct fern__pollent *pe, uint32_t token);
 #define FERN__PARK_NOMEM INT32_MIN
 FERN__API int fern__io_park(const struct fern__pollent *pe, int n, int64_t deadline);
 
+/* System call nr(a[0..5]), a file system call that may wait for the disk
+ * (read, write, pread64, preadv2, fsync, openat, statx, unlinkat, ...),
+ * made for the calling green thread without blocking its worker: io_uring
+ * where the kernel allows it, else fern's blocking pool (src/io/file.c).
+ * From a plain thread, the plain system call. Returns the kernel's value or
+ * -errno. fern__file_nowait_hit counts a call the page cache served at once
+ * (preadv2 with RWF_NOWAIT on the worker: fern_stats). */
+FERN__API long fern__file_call(long nr, const long a[6]);
+FERN__API void fern__file_nowait_hit(void);
+
 /* Under ThreadSanitizer (a libfern built with it), bracket the part of a
  * hooked call that may park: the green thread runs it on a second TSan fiber
  * (thread/thread.c says why). Nesting is counted. No-ops otherwise and on plain

@@ -6,7 +6,10 @@
  *  - poller.c: the process's epoll set and how the scheduler polls it;
  *  - io.c: the fern_* fd calls that park;
  *  - iohook.c: the entry points lent to fern-hook (hookapi.h).
- *  - blocking.c: fern_blocking's helper kernel threads.
+ *  - blocking.c: fern_blocking's helper kernel threads;
+ *  - uring.c: the io_uring rings, one per worker index;
+ *  - file.c: file system calls off the worker (fern_pread, fern-hook's
+ *    file calls): the page cache first, then io_uring or the pool.
  * Nothing here is used outside those files but the last section, which is
  * for runtime/ and debug/; what the scheduler's idle loop needs from the
  * poller is declared in sched/sched.h (poller.c implements it).
@@ -16,6 +19,8 @@
 
 #include "sync/sync.h"
 
+#include <linux/io_uring.h>
+#include <stdio.h>
 #include <sys/epoll.h>
 
 #define FD_CHUNK 1024u
@@ -114,10 +119,36 @@ int poller_ctl(int op, int fd, struct epoll_event *ev);
 
 static inline void unlock_spin_io(void *l) { spin_unlock(l); }
 
+/* One file system call on io_uring (uring.c): the caller's SQE (user_data
+ * is set by uring_run), its result, and the chain uring_reap wakes. */
+struct uop {
+    struct waiter wt;
+    struct io_uring_sqe sqe;
+    int32_t res;         /* the CQE's result: a value or -errno */
+    bool refused;        /* the ring did not take it */
+    struct uop *next;
+};
+void uring_init(void);
+void uring_fini(void);
+/* io_uring is in use and the kernel has op. */
+bool uring_has(unsigned op);
+/* Park the calling green thread until op completes: 0 (op->res is the
+ * result), or -1 if no ring took it (the caller uses the pool). */
+int uring_run(struct uop *op);
+/* The poller's view: is an epoll tag a ring's eventfd, and reap it. */
+bool uring_tag(uint64_t tag);
+void uring_reap(uint64_t tag);
+void uring_count_pool(void);
+void uring_count_nowait(void);
+/* System call nr(a[0..5]) off the worker (file.c): the value or -errno. */
+long io_file_call(long nr, const long *a);
+
 /* ---- for runtime/ and debug/ ---- */
 int io_init(void);
 void io_fini(void);
 uint64_t io_poller_ctls(void);
+void io_file_stats(struct fern_stats *s);
+void io_file_dump(FILE *f);
 void blocking_fini(void);
 
 #endif

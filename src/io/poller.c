@@ -12,6 +12,8 @@
  *    anyone waits on an fd, so ready fds are served even under load.
  * An event ticks the entry's state word and readies the threads it claims
  * (sched_ready): a thread of another cluster goes to that cluster's inbox.
+ * The io_uring rings' eventfds sit in the same set (uring.c): their event
+ * reaps that ring's completions.
  *
  * Memory ordering. The poll owner's in_epoll and a waker's sleep_word form
  * the store-buffer pattern with sched/idle.c: a full_fence on each side.
@@ -49,11 +51,14 @@ int io_init(void)
     int e = fdtab_init();
     if (e)
         io_fini();
+    else
+        uring_init(); /* the probe: io_uring or the pool for file calls */
     return e;
 }
 
 void io_fini(void)
 {
+    uring_fini();
     if (IO.epfd >= 0)
         close(IO.epfd);
     if (IO.evfd >= 0)
@@ -83,6 +88,10 @@ static void io_dispatch(struct epoll_event *ev, bool owner)
             (void)r;
             STORE_RELAXED(&IO.wake_pending, 0);
         }
+        return;
+    }
+    if (unlikely(uring_tag(ev->data.u64))) {
+        uring_reap(ev->data.u64);
         return;
     }
     int fd = (int)(uint32_t)ev->data.u64;

@@ -160,6 +160,14 @@ int config_load(const fern_config *cfg, struct config *out)
         return r;
     n.blocking_max = (unsigned)v;
 
+    int uring = 1;
+    if ((r = env_choice("FERN_IO_URING", bias_choices,
+                        "0 (file calls use the blocking pool) or 1 (io_uring where the kernel "
+                        "allows it, the default)",
+                        &uring)))
+        return r;
+    n.io_uring = uring == 1;
+
     static const char *const guard_choices[] = {"auto", "madvise", "mprotect", "canary", NULL};
     int guard = CONFIG_GUARD_AUTO;
     if ((r = env_choice("FERN_GUARD", guard_choices,

@@ -50,7 +50,7 @@ struct Ticker {
     std::atomic<int64_t> late_ns{0};
     std::atomic<long> ticks{0};
     fern_thread *t;
-    explicit Ticker(OneWorker &w) {
+    template <class W> explicit Ticker(W &w) {
         t = w.spawn([this] {
             while (!stop.load()) {
                 int64_t due = fern_now_ns() + 1000000;

@@ -65,9 +65,10 @@ TEST(HookIo, ReadParksWriteWakes) {
     parks_until([&] { EXPECT_EQ(read(p.p[0], &c, 1), 1); },
                 [&] { EXPECT_EQ(write(p.p[1], "x", 1), 1); });
     EXPECT_EQ(c, 'x');
-    // The user still sees a blocking pipe; the kernel has it non-blocking.
+    // The park changed no flag: the pipe is blocking for the user and the
+    // kernel alike (one non-blocking attempt per call, hook/hook.h).
     EXPECT_FALSE(fcntl(p.p[0], F_GETFL) & O_NONBLOCK);
-    EXPECT_TRUE(kernel_nonblock(p.p[0]));
+    EXPECT_FALSE(kernel_nonblock(p.p[0]));
 }
 
 TEST(HookIo, ReadvWritevParks) {
@@ -142,17 +143,14 @@ TEST(HookIo, RecvSendAllFlavoursPark) {
     EXPECT_EQ(memcmp(buf, "wxyz", 4), 0);
 }
 
-TEST(HookIo, PlainThreadBlocksOnFlippedDescriptor) {
-    // A green thread flips the pipe; a plain thread's read must still block
-    // (the user sees a blocking pipe) until data comes.
+TEST(HookIo, PlainThreadBlocksAfterGreenPark) {
+    // A green thread parks on the pipe; a plain thread's read must still
+    // block in the kernel (the pipe is blocking) until data comes.
     Pipe p;
-    OneWorker w;
-    w.run([&] {
-        char c;
-        EXPECT_EQ(write(p.p[1], "a", 1), 1);
-        EXPECT_EQ(read(p.p[0], &c, 1), 1);
-    });
-    ASSERT_TRUE(kernel_nonblock(p.p[0]));
+    char g = 0;
+    parks_until([&] { EXPECT_EQ(read(p.p[0], &g, 1), 1); },
+                [&] { EXPECT_EQ(write(p.p[1], "a", 1), 1); });
+    ASSERT_FALSE(kernel_nonblock(p.p[0]));
     std::thread writer([&] {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
         EXPECT_EQ(write(p.p[1], "b", 1), 1);
@@ -185,8 +183,7 @@ TEST(HookIo, UserNonblockKeepsEagain) {
                   0);
         EXPECT_EQ(read(p.p[0], &c, 1), 1);
         EXPECT_EQ(fern_join(wr, nullptr), 0);
-        // Back to non-blocking with F_SETFL: EAGAIN again, and F_GETFL says so
-        // although the kernel flag was on all along.
+        // Back to non-blocking with F_SETFL: EAGAIN again, and F_GETFL says so.
         EXPECT_EQ(fcntl(p.p[0], F_SETFL, fl | O_NONBLOCK), 0);
         EXPECT_TRUE(fcntl(p.p[0], F_GETFL) & O_NONBLOCK);
         EXPECT_EQ(read(p.p[0], &c, 1), -1);
@@ -195,7 +192,7 @@ TEST(HookIo, UserNonblockKeepsEagain) {
         int off = 0, on = 1;
         EXPECT_EQ(ioctl(p.p[0], FIONBIO, &off), 0);
         EXPECT_FALSE(fcntl(p.p[0], F_GETFL) & O_NONBLOCK);
-        EXPECT_TRUE(kernel_nonblock(p.p[0]));
+        EXPECT_FALSE(kernel_nonblock(p.p[0]));
         EXPECT_EQ(ioctl(p.p[0], FIONBIO, &on), 0);
         EXPECT_EQ(read(p.p[0], &c, 1), -1);
         EXPECT_EQ(get_errno(), EAGAIN);
@@ -275,8 +272,8 @@ TEST(HookIo, RcvtimeoIsADeadline) {
         late = tick.late_ns.load();
     }
     EXPECT_LT(late, kLateLimit);
-    // Now flipped: a plain thread gets the same deadline from the hook.
-    ASSERT_TRUE(kernel_nonblock(sp.s[0]));
+    // Still blocking: a plain thread gets the same deadline from the kernel.
+    ASSERT_FALSE(kernel_nonblock(sp.s[0]));
     char c;
     int64_t t0 = fern_now_ns();
     EXPECT_EQ(read(sp.s[0], &c, 1), -1);

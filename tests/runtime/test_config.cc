@@ -20,7 +20,7 @@ namespace {
 
 const char *const kVars[] = {"FERN_WORKERS", "FERN_STACK_SIZE",   "FERN_BIAS",
                              "FERN_BLOCKING_MAX", "FERN_GUARD", "FERN_GUARD_BUDGET",
-                             "FERN_DUMP_SIGNAL"};
+                             "FERN_DUMP_SIGNAL", "FERN_IO_URING"};
 
 // Every test starts with the runtime stopped and no FERN_ variable set, and
 // leaves the environment as it found it.
@@ -174,6 +174,10 @@ TEST_F(Config, OtherVariablesRejected) {
     expect_rejected("FERN_BLOCKING_MAX", "0", "a whole number from 1 to 99999 (default 64)");
     expect_rejected("FERN_BLOCKING_MAX", "many", "a whole number from 1 to 99999 (default 64)");
     expect_rejected("FERN_GUARD", "page", "auto (the default), madvise, mprotect or canary");
+    const char *uring = "0 (file calls use the blocking pool) or 1 (io_uring where the kernel "
+                        "allows it, the default)";
+    expect_rejected("FERN_IO_URING", "on", uring);
+    expect_rejected("FERN_IO_URING", "2", uring);
     expect_rejected("FERN_GUARD_BUDGET", "12e3", "a whole number from 0 to 1000000 (default 12000)");
     const char *sig = "a signal name (QUIT, USR1, SIGUSR2, HUP, ...) or number, or off (0)";
     expect_rejected("FERN_DUMP_SIGNAL", "USR3", sig);

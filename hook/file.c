@@ -1,0 +1,338 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Files: the calls that may wait for a disk (or a network file system), made
+ * off the worker for a green thread. pread, pwrite and their vector forms
+ * (read, write, readv, writev of a file come here from core.c), fsync,
+ * fdatasync, sync_file_range, open, openat, creat (and _FORTIFY_SOURCE's
+ * __open_2, __openat_2), close of a file, stat, lstat, fstatat, statx,
+ * unlink, unlinkat, rmdir, rename, renameat, renameat2, mkdir, mkdirat,
+ * truncate, ftruncate, fallocate.
+ *
+ * On a plain thread each is the raw system call libc makes. On a green
+ * thread:
+ *  - a read or write is first made on the worker with RWF_NOWAIT
+ *    (preadv2/pwritev2), which the page cache serves at the plain call's
+ *    cost; only if the kernel answers EAGAIN (it would wait for the disk) or
+ *    EOPNOTSUPP (this file system cannot promise not to wait: ext4's
+ *    buffered writes, for one) and the descriptor is a regular file or a
+ *    block device does the call go to libfern (fern__file_call: io_uring,
+ *    or the blocking pool where the kernel refuses io_uring); anything else
+ *    (a pipe, a tty the hook does not manage) gets the plain call, as before;
+ *    A descriptor opened (or switched with F_SETFL) O_DIRECT skips the first
+ *    attempt: it has no cache to hit, and its RWF_NOWAIT read would still
+ *    wait for the device;
+ *  - the other calls have no "would it wait?" question to ask, so they go to
+ *    libfern at once. The stat family goes as statx (io_uring has it; the
+ *    answer is converted to struct stat); fstat of an open descriptor reads
+ *    no path and stays on the worker.
+ * The calls without a path of their own on every architecture (open,
+ * unlink, rename, mkdir, rmdir, creat, stat, lstat) are made as their *at
+ * forms, which is what libc does too.
+ */
+#include "hook.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+/* nr(a) for a green thread, off the worker. */
+static long off_worker(long nr, long a0, long a1, long a2, long a3, long a4, long a5)
+{
+    long a[6] = {a0, a1, a2, a3, a4, a5};
+    HK_TSAN_ENTER();
+    long r = fern__file_call(nr, a);
+    HK_TSAN_LEAVE();
+    return r;
+}
+
+/* A call with no cheap first attempt: raw on a plain thread, else off the
+ * worker. */
+#define HK_FILE(nr, ...) hk_file_((nr), hk_filen_(__VA_ARGS__, 0, 0, 0, 0, 0, 0))
+#define hk_filen_(a, b, c, d, e, f, ...) (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), (long)(f)
+static inline long hk_file_6(long nr, long a0, long a1, long a2, long a3, long a4, long a5)
+{
+    if (HK_LIKELY(!hk_green()))
+        return hk_sys6(nr, a0, a1, a2, a3, a4, a5);
+    return off_worker(nr, a0, a1, a2, a3, a4, a5);
+}
+#define hk_file_(nr, ...) hk_file_6(nr, __VA_ARGS__)
+
+long hk_file_io(int fd, const struct hk_call *c, const struct hk_call *nw)
+{
+    /* O_DIRECT has no page cache to hit, and its RWF_NOWAIT read still
+     * waits for the device: straight off the worker. */
+    if (hk_state(hk_fd_find(fd)) & HK_DIRECT)
+        return off_worker(c->nr, c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5]);
+    long r = hk_do(nw);
+    if (HK_LIKELY(r != -EAGAIN && r != -EOPNOTSUPP)) {
+        if (r >= 0)
+            fern__file_nowait_hit();
+        return r;
+    }
+    struct stat sb;
+    if (hk_sys(SYS_fstat, fd, &sb) < 0 || !(S_ISREG(sb.st_mode) || S_ISBLK(sb.st_mode)))
+        return hk_do(c); /* not a file: the plain call, as libc makes it */
+    return off_worker(c->nr, c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5]);
+}
+
+/* ---- positioned reads and writes ---- */
+
+/* pread / pwrite of n bytes at off (vectors: iov, cnt; flags: preadv2's). */
+static long prw(long nr, int fd, const struct iovec *iov, long cnt, long off, int flags,
+                const struct hk_call *c)
+{
+    if (HK_LIKELY(!hk_green()) || (flags & RWF_NOWAIT))
+        return hk_do(c);
+    struct hk_call nw = {nr, {fd, (long)iov, cnt, off, 0, flags | RWF_NOWAIT}};
+    return hk_file_io(fd, c, &nw);
+}
+
+ssize_t pread(int fd, void *buf, size_t n, off_t off)
+{
+    struct hk_call c = {SYS_pread64, {fd, (long)buf, (long)n, (long)off}};
+    struct iovec v = {buf, n};
+    return hk_ret(prw(SYS_preadv2, fd, &v, 1, (long)off, 0, &c));
+}
+ssize_t pread64(int fd, void *buf, size_t n, off_t off) { return pread(fd, buf, n, off); }
+
+ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
+{
+    struct hk_call c = {SYS_pwrite64, {fd, (long)buf, (long)n, (long)off}};
+    struct iovec v = {(void *)buf, n};
+    return hk_ret(prw(SYS_pwritev2, fd, &v, 1, (long)off, 0, &c));
+}
+ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off) { return pwrite(fd, buf, n, off); }
+
+ssize_t preadv(int fd, const struct iovec *iov, int cnt, off_t off)
+{
+    struct hk_call c = {SYS_preadv, {fd, (long)iov, cnt, (long)off, 0}};
+    return hk_ret(prw(SYS_preadv2, fd, iov, cnt, (long)off, 0, &c));
+}
+ssize_t preadv64(int fd, const struct iovec *iov, int cnt, off_t off) { return preadv(fd, iov, cnt, off); }
+
+ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off)
+{
+    struct hk_call c = {SYS_pwritev, {fd, (long)iov, cnt, (long)off, 0}};
+    return hk_ret(prw(SYS_pwritev2, fd, iov, cnt, (long)off, 0, &c));
+}
+ssize_t pwritev64(int fd, const struct iovec *iov, int cnt, off_t off) { return pwritev(fd, iov, cnt, off); }
+
+ssize_t preadv2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
+{
+    struct hk_call c = {SYS_preadv2, {fd, (long)iov, cnt, (long)off, 0, flags}};
+    return hk_ret(prw(SYS_preadv2, fd, iov, cnt, (long)off, flags, &c));
+}
+ssize_t preadv64v2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
+{
+    return preadv2(fd, iov, cnt, off, flags);
+}
+
+ssize_t pwritev2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
+{
+    struct hk_call c = {SYS_pwritev2, {fd, (long)iov, cnt, (long)off, 0, flags}};
+    return hk_ret(prw(SYS_pwritev2, fd, iov, cnt, (long)off, flags, &c));
+}
+ssize_t pwritev64v2(int fd, const struct iovec *iov, int cnt, off_t off, int flags)
+{
+    return pwritev2(fd, iov, cnt, off, flags);
+}
+
+ssize_t __pread_chk(int fd, void *buf, size_t n, off_t off, size_t buflen)
+{
+    if (n > buflen)
+        hk_overflow();
+    return pread(fd, buf, n, off);
+}
+ssize_t __pread64_chk(int fd, void *buf, size_t n, off_t off, size_t buflen)
+{
+    return __pread_chk(fd, buf, n, off, buflen);
+}
+
+/* ---- syncing ---- */
+
+int fsync(int fd) { return (int)hk_ret(HK_FILE(SYS_fsync, fd)); }
+int fdatasync(int fd) { return (int)hk_ret(HK_FILE(SYS_fdatasync, fd)); }
+int sync_file_range(int fd, off_t off, off_t n, unsigned flags)
+{
+    return (int)hk_ret(HK_FILE(SYS_sync_file_range, fd, off, n, flags));
+}
+
+/* ---- opening ---- */
+
+/* A new descriptor from a file call: a hook entry left by a socket closed
+ * behind the hook's back must not make it look managed. */
+static long fresh(long fd, int flags)
+{
+    if (fd >= 0) {
+        if (hk_state(hk_fd_find((int)fd)))
+            hk_drop((int)fd);
+        if (flags & O_DIRECT)
+            hk_mark_direct((int)fd, 1);
+    }
+    return fd;
+}
+
+static int wants_mode(int flags) { return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE; }
+
+int openat(int dfd, const char *path, int flags, ...)
+{
+    unsigned mode = 0;
+    if (wants_mode(flags)) {
+        va_list ap;
+        va_start(ap, flags);
+        mode = va_arg(ap, unsigned);
+        va_end(ap);
+    }
+    return (int)hk_ret(fresh(HK_FILE(SYS_openat, dfd, path, flags, mode), flags));
+}
+
+int open(const char *path, int flags, ...)
+{
+    unsigned mode = 0;
+    if (wants_mode(flags)) {
+        va_list ap;
+        va_start(ap, flags);
+        mode = va_arg(ap, unsigned);
+        va_end(ap);
+    }
+    return (int)hk_ret(fresh(HK_FILE(SYS_openat, AT_FDCWD, path, flags, mode), flags));
+}
+
+int open64(const char *path, int flags, ...)
+{
+    unsigned mode = 0;
+    if (wants_mode(flags)) {
+        va_list ap;
+        va_start(ap, flags);
+        mode = va_arg(ap, unsigned);
+        va_end(ap);
+    }
+    return open(path, flags, mode);
+}
+
+int openat64(int dfd, const char *path, int flags, ...)
+{
+    unsigned mode = 0;
+    if (wants_mode(flags)) {
+        va_list ap;
+        va_start(ap, flags);
+        mode = va_arg(ap, unsigned);
+        va_end(ap);
+    }
+    return openat(dfd, path, flags, mode);
+}
+
+int creat(const char *path, mode_t mode) { return open(path, O_CREAT | O_WRONLY | O_TRUNC, mode); }
+int creat64(const char *path, mode_t mode) { return creat(path, mode); }
+
+/* _FORTIFY_SOURCE: an open that may create a file must say its mode. */
+static void hk_open_misuse(int flags)
+{
+    if (wants_mode(flags)) {
+        static const char msg[] =
+            "*** invalid open call: O_CREAT or O_TMPFILE without mode ***: terminated\n";
+        hk_sys(SYS_write, 2, msg, sizeof msg - 1);
+        abort();
+    }
+}
+int __open_2(const char *path, int flags)
+{
+    hk_open_misuse(flags);
+    return open(path, flags);
+}
+int __open64_2(const char *path, int flags) { return __open_2(path, flags); }
+int __openat_2(int dfd, const char *path, int flags)
+{
+    hk_open_misuse(flags);
+    return openat(dfd, path, flags);
+}
+int __openat64_2(int dfd, const char *path, int flags) { return __openat_2(dfd, path, flags); }
+
+/* ---- the stat family, as statx ---- */
+
+static void from_statx(struct stat *st, const struct statx *x)
+{
+    memset(st, 0, sizeof *st);
+    st->st_dev = makedev(x->stx_dev_major, x->stx_dev_minor);
+    st->st_ino = x->stx_ino;
+    st->st_mode = x->stx_mode;
+    st->st_nlink = x->stx_nlink;
+    st->st_uid = x->stx_uid;
+    st->st_gid = x->stx_gid;
+    st->st_rdev = makedev(x->stx_rdev_major, x->stx_rdev_minor);
+    st->st_size = (off_t)x->stx_size;
+    st->st_blksize = (blksize_t)x->stx_blksize;
+    st->st_blocks = (blkcnt_t)x->stx_blocks;
+    st->st_atim.tv_sec = x->stx_atime.tv_sec;
+    st->st_atim.tv_nsec = x->stx_atime.tv_nsec;
+    st->st_mtim.tv_sec = x->stx_mtime.tv_sec;
+    st->st_mtim.tv_nsec = x->stx_mtime.tv_nsec;
+    st->st_ctim.tv_sec = x->stx_ctime.tv_sec;
+    st->st_ctim.tv_nsec = x->stx_ctime.tv_nsec;
+}
+
+int fstatat(int dfd, const char *path, struct stat *st, int flags)
+{
+    if (HK_LIKELY(!hk_green()))
+        return (int)hk_ret(hk_sys(SYS_newfstatat, dfd, path, st, flags));
+    struct statx x;
+    long r = off_worker(SYS_statx, dfd, (long)path, flags | AT_STATX_SYNC_AS_STAT,
+                        STATX_BASIC_STATS, (long)&x, 0);
+    if (r == 0)
+        from_statx(st, &x);
+    return (int)hk_ret(r);
+}
+/* The 64 forms: struct stat64 is struct stat on every 64-bit target. */
+int fstatat64(int dfd, const char *path, struct stat64 *st, int flags)
+{
+    return fstatat(dfd, path, (struct stat *)st, flags);
+}
+int stat(const char *path, struct stat *st) { return fstatat(AT_FDCWD, path, st, 0); }
+int stat64(const char *path, struct stat64 *st) { return fstatat(AT_FDCWD, path, (struct stat *)st, 0); }
+int lstat(const char *path, struct stat *st) { return fstatat(AT_FDCWD, path, st, AT_SYMLINK_NOFOLLOW); }
+int lstat64(const char *path, struct stat64 *st)
+{
+    return fstatat(AT_FDCWD, path, (struct stat *)st, AT_SYMLINK_NOFOLLOW);
+}
+
+int statx(int dfd, const char *path, int flags, unsigned mask, struct statx *x)
+{
+    return (int)hk_ret(HK_FILE(SYS_statx, dfd, path, flags, mask, x));
+}
+
+/* ---- names in directories ---- */
+
+int unlinkat(int dfd, const char *path, int flags)
+{
+    return (int)hk_ret(HK_FILE(SYS_unlinkat, dfd, path, flags));
+}
+int unlink(const char *path) { return unlinkat(AT_FDCWD, path, 0); }
+int rmdir(const char *path) { return unlinkat(AT_FDCWD, path, AT_REMOVEDIR); }
+
+int renameat2(int ofd, const char *from, int nfd, const char *to, unsigned flags)
+{
+    return (int)hk_ret(HK_FILE(SYS_renameat2, ofd, from, nfd, to, flags));
+}
+int renameat(int ofd, const char *from, int nfd, const char *to) { return renameat2(ofd, from, nfd, to, 0); }
+int rename(const char *from, const char *to) { return renameat2(AT_FDCWD, from, AT_FDCWD, to, 0); }
+
+int mkdirat(int dfd, const char *path, mode_t mode) { return (int)hk_ret(HK_FILE(SYS_mkdirat, dfd, path, mode)); }
+int mkdir(const char *path, mode_t mode) { return mkdirat(AT_FDCWD, path, mode); }
+
+/* ---- sizes ---- */
+
+int ftruncate(int fd, off_t len) { return (int)hk_ret(HK_FILE(SYS_ftruncate, fd, len)); }
+int ftruncate64(int fd, off64_t len) { return ftruncate(fd, len); }
+int truncate(const char *path, off_t len) { return (int)hk_ret(HK_FILE(SYS_truncate, path, len)); }
+int truncate64(const char *path, off64_t len) { return truncate(path, len); }
+int fallocate(int fd, int mode, off_t off, off_t len)
+{
+    return (int)hk_ret(HK_FILE(SYS_fallocate, fd, mode, off, len));
+}
+int fallocate64(int fd, int mode, off64_t off, off64_t len) { return fallocate(fd, mode, off, len); }

@@ -1,0 +1,346 @@
+// SPDX-License-Identifier: MIT
+// fern-hook, files (issue 32, item 2): reads, writes, syncs, opens, closes,
+// the stat family and the directory calls from green threads give libc's
+// answers and do not block their worker; a page-cache hit is served on the
+// worker (RWF_NOWAIT), a miss goes to io_uring or, with FERN_IO_URING=0
+// (ctest's test_hook_files_pool), to the blocking pool. fern_pread and
+// fern_pwrite take the same path.
+#include "hook_test.h"
+
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+
+using namespace hook_test;
+
+namespace {
+
+struct Workers {
+    fern_cluster *c = nullptr;
+    explicit Workers(int n) { EXPECT_EQ(fern_cluster_create(&c, n), 0); }
+    ~Workers() {
+        if (c) {
+            EXPECT_EQ(fern_cluster_destroy(c), 0);
+        }
+    }
+    template <class F> fern_thread *spawn(F &&f) {
+        fern_thread *t = nullptr;
+        EXPECT_EQ(spawn_on(&t, c, std::forward<F>(f)), 0);
+        return t;
+    }
+    template <class F> void run(F &&f) { join(spawn(std::forward<F>(f))); }
+    static void join(fern_thread *t) { EXPECT_EQ(fern_join(t, nullptr), 0); }
+};
+
+bool pool_forced() {
+    const char *v = getenv("FERN_IO_URING");
+    return v && strcmp(v, "0") == 0;
+}
+
+struct fern_stats stats() {
+    struct fern_stats s{};
+    EXPECT_EQ(fern_stats(&s), 0);
+    return s;
+}
+
+std::string scratch(const char *what) {
+    return std::string("/tmp/fern-file-") + what + "-" + std::to_string(getpid());
+}
+
+// Every family, with its results and errors, from the calling thread.
+void every_call(const std::string &dir) {
+    ASSERT_EQ(mkdir(dir.c_str(), 0700), 0) << strerror(errno);
+    EXPECT_EQ(mkdir(dir.c_str(), 0700), -1);
+    EXPECT_EQ(get_errno(), EEXIST);
+    std::string f = dir + "/a", g = dir + "/b";
+    int fd = open(f.c_str(), O_CREAT | O_RDWR | O_TRUNC, 0600);
+    ASSERT_GE(fd, 0) << strerror(errno);
+    EXPECT_FALSE(fcntl(fd, F_GETFL) & O_NONBLOCK);
+    EXPECT_EQ(write(fd, "hello ", 6), 6);
+    struct iovec wv[2] = {{(void *)"wor", 3}, {(void *)"ld", 2}};
+    EXPECT_EQ(writev(fd, wv, 2), 5);
+    EXPECT_EQ(pwrite(fd, "W", 1, 6), 1);
+    EXPECT_EQ(fsync(fd), 0);
+    EXPECT_EQ(fdatasync(fd), 0);
+    EXPECT_EQ(sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE), 0);
+    char buf[32] = {};
+    EXPECT_EQ(pread(fd, buf, sizeof buf, 0), 11);
+    EXPECT_STREQ(buf, "hello World");
+    EXPECT_EQ(lseek(fd, 6, SEEK_SET), 6);
+    memset(buf, 0, sizeof buf);
+    EXPECT_EQ(read(fd, buf, 5), 5); // at the file position, which moves
+    EXPECT_STREQ(buf, "World");
+    EXPECT_EQ(lseek(fd, 0, SEEK_CUR), 11);
+    char a[5] = {}, b[6] = {};
+    struct iovec rv[2] = {{a, 5}, {b, 6}};
+    EXPECT_EQ(preadv(fd, rv, 2, 0), 11);
+    EXPECT_EQ(memcmp(a, "hello", 5), 0);
+    EXPECT_EQ(pread(fd, buf, sizeof buf, 100), 0); // end of file
+    EXPECT_EQ(fallocate(fd, 0, 0, 8192), 0);
+    struct stat st1, st2;
+    EXPECT_EQ(fstat(fd, &st1), 0);
+    EXPECT_EQ(st1.st_size, 8192);
+    EXPECT_EQ(ftruncate(fd, 3), 0);
+    EXPECT_EQ(stat(f.c_str(), &st2), 0);
+    EXPECT_EQ(st2.st_size, 3);
+    EXPECT_EQ(st2.st_ino, st1.st_ino);
+    EXPECT_EQ(st2.st_dev, st1.st_dev);
+    EXPECT_EQ(st2.st_mode, st1.st_mode);
+    EXPECT_EQ(st2.st_nlink, 1u);
+    EXPECT_EQ(st2.st_mtim.tv_sec, st2.st_mtim.tv_sec);
+    struct statx sx;
+    EXPECT_EQ(statx(AT_FDCWD, f.c_str(), 0, STATX_SIZE, &sx), 0);
+    EXPECT_EQ(sx.stx_size, 3u);
+    EXPECT_EQ(symlink(f.c_str(), g.c_str()), 0);
+    EXPECT_EQ(lstat(g.c_str(), &st2), 0);
+    EXPECT_TRUE(S_ISLNK(st2.st_mode));
+    EXPECT_EQ(fstatat(AT_FDCWD, g.c_str(), &st2, 0), 0);
+    EXPECT_TRUE(S_ISREG(st2.st_mode));
+    EXPECT_EQ(unlink(g.c_str()), 0);
+    EXPECT_EQ(rename(f.c_str(), g.c_str()), 0);
+    EXPECT_EQ(stat(f.c_str(), &st2), -1);
+    EXPECT_EQ(get_errno(), ENOENT);
+    EXPECT_EQ(close(fd), 0);
+    EXPECT_EQ(pread(fd, buf, 1, 0), -1);
+    EXPECT_EQ(get_errno(), EBADF);
+    EXPECT_EQ(close(fd), -1);
+    EXPECT_EQ(get_errno(), EBADF);
+    EXPECT_EQ(open(f.c_str(), O_RDONLY), -1);
+    EXPECT_EQ(get_errno(), ENOENT);
+    int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+    ASSERT_GE(dfd, 0);
+    EXPECT_EQ(read(dfd, buf, 1), -1);
+    EXPECT_EQ(get_errno(), EISDIR);
+    int rfd = openat(dfd, "b", O_RDONLY);
+    EXPECT_GE(rfd, 0);
+    EXPECT_EQ(read(rfd, buf, sizeof buf), 3);
+    EXPECT_EQ(close(rfd), 0);
+    EXPECT_EQ(renameat(dfd, "b", dfd, "c"), 0);
+    EXPECT_EQ(unlinkat(dfd, "c", 0), 0);
+    EXPECT_EQ(mkdirat(dfd, "d", 0700), 0);
+    EXPECT_EQ(unlinkat(dfd, "d", AT_REMOVEDIR), 0);
+    EXPECT_EQ(close(dfd), 0);
+    EXPECT_EQ(rmdir(dir.c_str()), 0);
+    EXPECT_EQ(rmdir(dir.c_str()), -1);
+    EXPECT_EQ(get_errno(), ENOENT);
+}
+
+// Drop path's pages from the page cache: per file (clean pages go without
+// privileges), then, if some stay and we are root (CI is), the whole cache.
+// Returns the fraction still resident (mincore).
+double drop_cached(const std::string &path) {
+    auto resident = [&] {
+        int fd = open(path.c_str(), O_RDONLY);
+        struct stat sb;
+        if (fd < 0 || fstat(fd, &sb)) return 1.0;
+        size_t pages = ((size_t)sb.st_size + 4095) / 4096;
+        void *m = mmap(nullptr, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
+        close(fd);
+        if (m == MAP_FAILED) return 1.0;
+        std::vector<unsigned char> v(pages);
+        size_t in = 0;
+        if (mincore(m, (size_t)sb.st_size, v.data()) == 0)
+            for (unsigned char c : v) in += c & 1;
+        munmap(m, (size_t)sb.st_size);
+        return (double)in / (double)pages;
+    };
+    int fd = open(path.c_str(), O_RDONLY);
+    if (fd >= 0) {
+        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        close(fd);
+    }
+    double r = resident();
+    if (r >= 0.1 && geteuid() == 0) {
+        sync();
+        int d = open("/proc/sys/vm/drop_caches", O_WRONLY);
+        if (d >= 0) {
+            EXPECT_EQ(write(d, "1", 1), 1);
+            close(d);
+        }
+        r = resident();
+    }
+    return r;
+}
+
+class HookFile : public ::testing::TestWithParam<int> {};
+
+TEST_P(HookFile, EveryCallAsLibc) {
+    Workers w(GetParam());
+    struct fern_stats before = stats();
+    w.run([&] { every_call(scratch("green") + std::to_string(GetParam())); });
+    struct fern_stats after = stats();
+    // The calls with no cache to ask went off the worker, where the probe
+    // (or FERN_IO_URING=0) said.
+    EXPECT_EQ(after.file_io, pool_forced() ? FERN_FILE_IO_POOL : FERN_FILE_IO_URING);
+    uint64_t off = pool_forced() ? after.file_pool_ops - before.file_pool_ops
+                                 : after.file_uring_ops - before.file_uring_ops;
+    EXPECT_GE(off, 20u);
+    EXPECT_GT(after.file_nowait_hits, before.file_nowait_hits);
+    // A plain thread: the plain system calls.
+    every_call(scratch("plain") + std::to_string(GetParam()));
+    EXPECT_EQ(stats().file_uring_ops, after.file_uring_ops);
+}
+
+// fern_dump says which way file calls go.
+TEST_P(HookFile, DumpSaysWhich) {
+    Workers w(GetParam()); // the runtime runs
+    char *buf = nullptr;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    ASSERT_NE(f, nullptr);
+    ASSERT_GE(fern_dump(f), 0);
+    fclose(f);
+    std::string out(buf, len);
+    free(buf);
+    EXPECT_NE(out.find(pool_forced() ? "file I/O: blocking pool ($FERN_IO_URING=0)"
+                                     : "file I/O: io_uring"),
+              std::string::npos)
+        << out;
+}
+
+// A file read with its pages out of the cache: 64 green threads on the
+// workers make random 4 KiB preads while a 1 ms ticker runs beside them.
+// The misses go off the worker (the counters say so), and the ticker keeps
+// ticking: on the old hook each miss blocked the worker for the disk's time.
+TEST_P(HookFile, ColdCacheReadsLeaveWorkerFree) {
+    std::string path = scratch("cold") + std::to_string(GetParam());
+    const size_t kSize = 64u << 20, kBlock = 4096;
+    {
+        int fd = open(path.c_str(), O_CREAT | O_RDWR | O_TRUNC, 0600);
+        ASSERT_GE(fd, 0);
+        std::vector<char> chunk(1 << 20);
+        for (size_t i = 0; i < chunk.size(); i++) chunk[i] = (char)(i * 7);
+        for (size_t off = 0; off < kSize; off += chunk.size())
+            ASSERT_EQ(pwrite(fd, chunk.data(), chunk.size(), (off_t)off), (ssize_t)chunk.size());
+        ASSERT_EQ(fsync(fd), 0);
+        close(fd);
+    }
+    ASSERT_LT(drop_cached(path), 0.1) << "the file's pages stay in the page cache";
+    int fd = open(path.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+    Workers w(GetParam());
+    struct fern_stats before = stats();
+    std::atomic<long> reads{0}, bad{0};
+    int64_t late;
+    {
+        Ticker tick(w);
+        std::vector<fern_thread *> ts;
+        for (int i = 0; i < 64; i++) {
+            ts.push_back(w.spawn([&, i] {
+                std::mt19937_64 rng(i);
+                char buf[4096];
+                for (int k = 0; k < 16; k++) {
+                    off_t off = (off_t)(rng() % (kSize / kBlock)) * kBlock;
+                    ssize_t r = (k & 1) ? fern_pread(fd, buf, kBlock, off)
+                                        : pread(fd, buf, kBlock, off);
+                    if (r != (ssize_t)kBlock || buf[1] != (char)(((off + 1) % (1 << 20)) * 7))
+                        bad++;
+                    reads++;
+                }
+            }));
+        }
+        for (auto *t : ts) Workers::join(t);
+        late = tick.late_ns.load();
+    }
+    struct fern_stats after = stats();
+    EXPECT_EQ(bad.load(), 0);
+    EXPECT_EQ(reads.load(), 64 * 16);
+    uint64_t async = after.file_uring_ops - before.file_uring_ops + after.file_pool_ops -
+                     before.file_pool_ops;
+    // Every read was either served by the cache on the worker or went off
+    // it (a worker that made them itself, as the old hook did with pread,
+    // counts neither: with FERN_HOOK=0 the sum is half the reads), and
+    // the file was cold, so some missed. (How many varies from run to run,
+    // from ~250 to ~1000 of the 1024 here, once 15: the cache was checked
+    // empty before the reads, and what brings pages back in meanwhile is
+    // not this test's to decide.)
+    uint64_t hits = after.file_nowait_hits - before.file_nowait_hits;
+    EXPECT_EQ(async + hits, 64u * 16);
+    EXPECT_GT(async, 0u) << "hits " << hits;
+    EXPECT_LT(late, kLateLimit);
+    printf("cold reads: %ld, %llu off the worker, ticker %.1f ms late at worst\n", reads.load(),
+           (unsigned long long)async, (double)late / 1e6);
+    close(fd);
+    unlink(path.c_str());
+}
+
+// A file opened O_DIRECT never tries the cache on the worker.
+TEST_P(HookFile, DirectGoesOffWorker) {
+    std::string path = scratch("direct") + std::to_string(GetParam());
+    int fd = open(path.c_str(), O_CREAT | O_RDWR | O_TRUNC | O_DIRECT, 0600);
+    if (fd < 0 && errno == EINVAL) GTEST_SKIP() << "no O_DIRECT on /tmp";
+    ASSERT_GE(fd, 0);
+    void *buf = nullptr;
+    ASSERT_EQ(posix_memalign(&buf, 4096, 4096), 0);
+    memset(buf, 'd', 4096);
+    Workers w(GetParam());
+    struct fern_stats before = stats();
+    w.run([&] {
+        EXPECT_EQ(pwrite(fd, buf, 4096, 0), 4096);
+        memset(buf, 0, 4096);
+        EXPECT_EQ(pread(fd, buf, 4096, 0), 4096);
+        EXPECT_EQ(((char *)buf)[4095], 'd');
+        int d = dup(fd);
+        EXPECT_EQ(pread(d, buf, 4096, 0), 4096);
+        close(d);
+    });
+    struct fern_stats after = stats();
+    EXPECT_EQ(after.file_nowait_hits, before.file_nowait_hits);
+    free(buf);
+    close(fd);
+    unlink(path.c_str());
+}
+
+// close from a green thread goes off the worker; a descriptor io_uring
+// refuses to close (an io_uring ring) is still closed.
+TEST_P(HookFile, CloseOfARing) {
+    Workers w(GetParam());
+    w.run([&] {
+        struct io_params {
+            uint32_t a[30];
+        } p = {};
+        int ring = (int)syscall(SYS_io_uring_setup, 2, &p);
+        if (ring < 0) return; // no io_uring here: nothing to check
+        EXPECT_EQ(close(ring), 0);
+        EXPECT_EQ(fcntl(ring, F_GETFD), -1);
+        EXPECT_EQ(get_errno(), EBADF);
+    });
+}
+
+// fern_pread / fern_pwrite: results and errors, green and plain.
+TEST_P(HookFile, FernPreadPwrite) {
+    std::string path = scratch("fp") + std::to_string(GetParam());
+    int fd = open(path.c_str(), O_CREAT | O_RDWR | O_TRUNC, 0600);
+    ASSERT_GE(fd, 0);
+    Workers w(GetParam());
+    auto check = [&] {
+        char b[8] = {};
+        EXPECT_EQ(fern_pwrite(fd, "abcdef", 6, 2), 6);
+        EXPECT_EQ(fern_pread(fd, b, sizeof b, 0), 8);
+        EXPECT_EQ(memcmp(b + 2, "abcdef", 6), 0);
+        EXPECT_EQ(fern_pread(fd, b, 1, 100), 0);
+        EXPECT_EQ(fern_pread(fd, b, 1, -1), -1);
+        EXPECT_EQ(get_errno(), EINVAL);
+        EXPECT_EQ(fern_pwrite(fd, b, 1, -5), -1);
+        EXPECT_EQ(get_errno(), EINVAL);
+        EXPECT_EQ(fern_pread(-1, b, 1, 0), -1);
+        EXPECT_EQ(get_errno(), EBADF);
+        EXPECT_EQ(fern_pread(fd, nullptr, 1, 0), -1);
+        EXPECT_EQ(get_errno(), EFAULT);
+    };
+    w.run(check);
+    check();
+    close(fd);
+    unlink(path.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, HookFile, ::testing::Values(1, 2),
+                         [](const auto &i) { return std::to_string(i.param) + "w"; });
+
+}  // namespace
