@@ -80,12 +80,20 @@ typedef struct fern_config {
                         * $FERN_PREEMPT_LIBS, "" = none. libc, the loader,
                         * libstdc++, libgcc_s, the sanitizer runtimes and
                         * fern's own libraries cannot be named. */
+    long shutdown_grace_ms; /* how long fern_shutdown lets cancelled green
+                        * threads end before it destroys them: 0 =
+                        * $FERN_SHUTDOWN_GRACE_MS or FERN_SHUTDOWN_GRACE_DEFAULT_MS;
+                        * FERN_SHUTDOWN_GRACE_NONE (-1) = destroy at once;
+                        * otherwise 1 to FERN_SHUTDOWN_GRACE_MAX_MS. */
 } fern_config;
 
 #define FERN_PREEMPT_DEFAULT_US 10000L
 #define FERN_PREEMPT_MIN_US 100L
 #define FERN_PREEMPT_MAX_US 10000000L
 #define FERN_PREEMPT_OFF (-1L)
+#define FERN_SHUTDOWN_GRACE_DEFAULT_MS 1000L
+#define FERN_SHUTDOWN_GRACE_MAX_MS 3600000L
+#define FERN_SHUTDOWN_GRACE_NONE (-1L)
 
 /* Start the runtime: the default cluster and its workers. Optional: fern_run,
  * fern_spawn and the other calls listed in docs/configuration.md ("Implicit
@@ -107,12 +115,20 @@ int fern_init(const fern_config *cfg);
  * Returns 0, or an error of fern_init / fern_spawn; EINVAL if fn is NULL. */
 int fern_run(fern_fn fn, void *arg, void **ret);
 
-/* Stop the runtime: every cluster's workers are stopped and joined, all
- * memory is released. Call it from a plain thread once your green threads
- * have finished; threads still parked are destroyed without running (their
- * key destructors do not run) and are counted in the return value's warning
- * on stderr. Returns 0; EPERM if called from a green thread; EINVAL if the
- * runtime is not running. The runtime can be started again afterwards. */
+/* Stop the runtime; it never waits for ever (docs/cancellation.md). Every
+ * green thread that has not finished is cancelled (fern_cancel) and given
+ * the grace period (fern_config.shutdown_grace_ms) to end; then every
+ * cluster's workers are stopped and joined and all memory is released.
+ * Threads still there after the grace period, parked or runnable (spinners,
+ * yielders, threads migrating between clusters), are destroyed without
+ * running again (their key destructors do not run); one line on stderr
+ * says how many, then one per thread (id, name, what it waited in; the
+ * first 20). A thread that never leaves the CPU and cannot be preempted
+ * (preemption off) cannot be destroyed: its worker is left running (said on
+ * stderr) and the runtime's memory is not released, and fern_shutdown
+ * returns about a second after the grace period all the same. Call it from
+ * a plain thread. Returns 0; EPERM if called from a green thread; EINVAL if
+ * the runtime is not running. The runtime can be started again afterwards. */
 int fern_shutdown(void);
 
 /* Monotonic clock in nanoseconds. */

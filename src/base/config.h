@@ -26,6 +26,7 @@ struct config {
     int preempt_signal;        /* $FERN_PREEMPT_SIGNAL */
     char preempt_libs[1024];   /* fern_config.preempt_libs, $FERN_PREEMPT_LIBS: checked */
     int deadlock;              /* $FERN_DEADLOCK: CONFIG_DEADLOCK_* */
+    int64_t shutdown_grace_ns; /* fern_config.shutdown_grace_ms, $FERN_SHUTDOWN_GRACE_MS */
 };
 /* FERN_DEADLOCK's values, in its accepted order (watch/deadlock.c). */
 enum { CONFIG_DEADLOCK_REPORT, CONFIG_DEADLOCK_FATAL, CONFIG_DEADLOCK_OFF };

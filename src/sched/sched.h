@@ -225,6 +225,10 @@ void fern_yield_body(void);
 
 int cluster_start(struct fern_cluster **out, unsigned nworkers);
 void cluster_stop(struct fern_cluster *c);
+/* cluster_stop, waiting for each worker until `deadline` only: returns how
+ * many still ran then (reported on stderr, left running; the cluster is
+ * then taken off the list but not freed), else 0 (cluster.c). */
+unsigned cluster_stop_by(struct fern_cluster *c, int64_t deadline);
 void inbox_push_wake(struct fern_cluster *c, fern_thread *t);
 
 /* A compensation worker's life (worker.spare). Started by the monitor

@@ -26,6 +26,8 @@
 #include "thread/thread.h"
 
 #include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 /* t's wait, claimed by this canceller: ready t once it is parked. */
 static void cancel_wake(fern_thread *t)
@@ -75,4 +77,76 @@ int fern_cancelled(void)
 {
     fern_thread *self = thread_current();
     return self && LOAD(&self->creq);
+}
+
+/* Shutdown's walks (runtime/runtime.c). A thread that has not finished is
+ * a live descriptor whose thread has not begun to exit (run_state is
+ * relaxed, as fern_dump reads it). The descriptors are collected under
+ * rt.chunk_lock, a leaf, and cancelled after it is dropped (fern_cancel
+ * takes the scheduler's locks); one freed or reused meanwhile is either
+ * skipped (ESRCH) or a new thread that shutdown cancels too. */
+static bool unfinished(const fern_thread *t)
+{
+    return LOAD(&t->alloc) == A_LIVE && LOAD_RELAXED(&t->run_state) != T_EXITING;
+}
+
+unsigned threads_cancel_all(void)
+{
+    /* Count under the lock, allocate outside it, collect in a second walk
+     * (no allocation under a spin lock). */
+    unsigned n = 0, todo = 0, m = 0;
+    spin_lock(&rt.chunk_lock);
+    for (struct thread_chunk *c = rt.chunks; c; c = c->next)
+        for (unsigned i = 0; i < THREAD_CHUNK; i++) {
+            fern_thread *t = &c->t[i];
+            if (unfinished(t)) {
+                n++;
+                todo += !LOAD(&t->creq);
+            }
+        }
+    spin_unlock(&rt.chunk_lock);
+    fern_thread **v = todo ? malloc(todo * sizeof *v) : NULL;
+    if (v) {
+        spin_lock(&rt.chunk_lock);
+        for (struct thread_chunk *c = rt.chunks; c && m < todo; c = c->next)
+            for (unsigned i = 0; i < THREAD_CHUNK && m < todo; i++) {
+                fern_thread *t = &c->t[i];
+                if (unfinished(t) && !LOAD(&t->creq))
+                    v[m++] = t;
+            }
+        spin_unlock(&rt.chunk_lock);
+    }
+    for (unsigned i = 0; i < m; i++)
+        fern_cancel(v[i]);
+    free(v);
+    return n;
+}
+
+unsigned threads_report_unfinished(FILE *f, unsigned max)
+{
+    unsigned n = 0;
+    spin_lock(&rt.chunk_lock);
+    for (struct thread_chunk *c = rt.chunks; c; c = c->next)
+        for (unsigned i = 0; i < THREAD_CHUNK; i++) {
+            fern_thread *t = &c->t[i];
+            if (!unfinished(t))
+                continue;
+            if (n++ < max && f) {
+                char name[32];
+                for (int k = 0; k < 31; k++)
+                    name[k] = LOAD_RELAXED(&t->name[k]);
+                name[31] = 0;
+                const char *what = LOAD_RELAXED(&t->wait_what);
+                uint8_t st = LOAD_RELAXED(&t->run_state);
+                fprintf(f, "fern:   thread %llu%s%s%s, %s%s%s\n",
+                        (unsigned long long)LOAD_RELAXED(&t->id), name[0] ? " \"" : "", name,
+                        name[0] ? "\"" : "",
+                        st == T_PARKED ? "parked" : st == T_NEW ? "never run" : "runnable",
+                        st == T_PARKED && what ? " in " : "", st == T_PARKED && what ? what : "");
+            }
+        }
+    spin_unlock(&rt.chunk_lock);
+    if (n > max && f)
+        fprintf(f, "fern:   and %u more\n", n - max);
+    return n;
 }

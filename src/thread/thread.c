@@ -161,7 +161,8 @@ void threads_fini(uint64_t *abandoned)
         for (unsigned i = 0; i < THREAD_CHUNK; i++) {
             fern_thread *t = &c->t[i];
             if (t->alloc == A_LIVE) {
-                (*abandoned)++;
+                /* Ended but not joined: released, not counted. */
+                *abandoned += t->run_state != T_EXITING;
                 free(t->keys);
                 free(t->rdheld);
 #ifdef FERN_TSAN
