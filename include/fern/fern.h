@@ -255,6 +255,68 @@ int fern_cancel_shield(int on);
 int fern_cancelled(void);
 
 /* ------------------------------------------------------------------------ */
+/* Groups: structured concurrency                                            */
+/* ------------------------------------------------------------------------ */
+
+/* A group owns the green threads spawned into it (docs/cancellation.md):
+ * fern_group_wait returns once all of them have ended, cancelling the
+ * group cancels every one of them, groups nest (a subgroup's threads are
+ * its parent's too: cancelled with it, waited for by its wait), and a
+ * group may have a deadline. A member reports failure through its result:
+ * fn's return value (or fern_exit's) is read as an error value, NULL (0)
+ * for success, as in `return (void *)(intptr_t)EIO;`. Works from green and
+ * plain threads. */
+typedef struct fern_group fern_group;
+
+/* fern_group_create's flags: the first member that fails (returns a
+ * non-zero result) before the group is cancelled cancels the group, and
+ * fern_group_wait returns its result, as Go's errgroup. */
+#define FERN_GROUP_FAILFAST 1u
+
+/* Create an empty group in *g, a subgroup of parent (NULL: none), with
+ * flags (0 or FERN_GROUP_FAILFAST). A subgroup of a cancelled group starts
+ * cancelled. Returns 0; EINVAL if g is NULL, flags has an unknown bit, or
+ * parent is being destroyed; ENOMEM. */
+int fern_group_create(fern_group **g, fern_group *parent, unsigned flags);
+
+/* Spawn a green thread running fn(arg) as a member of g (attr as for
+ * fern_spawn; its `detached` is ignored: the group owns the thread, which
+ * cannot be joined). *t (if t is not NULL) receives its handle, valid for
+ * fern_cancel and names until the thread ends. A member spawned into a
+ * cancelled group starts cancelled: its first cancellation point fails.
+ * Returns 0; EINVAL if g or fn is NULL or g is being destroyed; ENOMEM;
+ * or an error of fern_spawn. */
+int fern_group_spawn(fern_group *g, fern_thread **t, const fern_attr *attr, fern_fn fn, void *arg);
+
+/* Cancel g: fern_cancel every member, and every subgroup the same way;
+ * members spawned into g later start cancelled. Sticky. Returns 0; EINVAL
+ * if g is NULL. */
+int fern_group_cancel(fern_group *g);
+
+/* Cancel g at deadline_ns (fern_now_ns's clock), unless it has emptied by
+ * then: a timeout for a whole request; fern_group_wait then returns
+ * ETIMEDOUT (in a FAILFAST group, unless a member failed first). One
+ * deadline per group; a subgroup's deadline is its own, its parent's
+ * reaches it by the parent's cancel. Uses a green thread of the runtime
+ * (started if needed). Returns 0; EINVAL if g is NULL or the deadline is
+ * negative; EBUSY if g has a deadline already or is being destroyed;
+ * ENOMEM, or an error of fern_spawn. */
+int fern_group_set_deadline(fern_group *g, int64_t deadline_ns);
+
+/* Wait until every member of g and of its subgroups has ended. Returns 0;
+ * in a FAILFAST group the first failure's result; ETIMEDOUT if g's
+ * deadline cancelled it (and no failure came first); EINVAL if g is NULL.
+ * A cancellation point, the structured way: if the caller is cancelled,
+ * g is cancelled and the call still waits for its members to end (they
+ * never outlive it), then returns ECANCELED. */
+int fern_group_wait(fern_group *g);
+
+/* Free g, which has no running member and no subgroup left (destroy
+ * subgroups first). Returns 0; EINVAL if g is NULL; EBUSY if a member
+ * still runs or a subgroup exists. */
+int fern_group_destroy(fern_group *g);
+
+/* ------------------------------------------------------------------------ */
 /* Green-thread-local storage                                                */
 /* ------------------------------------------------------------------------ */
 
