@@ -171,7 +171,9 @@ int fern_go(fern_fn fn, void *arg);
  * result. Works from green and plain threads. Returns 0; EINVAL if t is NULL,
  * detached, already joined, or being joined by someone else; EDEADLK if t is
  * the calling thread. Joining a handle after it was joined and reused by a
- * new thread cannot be detected (as with pthreads). */
+ * new thread cannot be detected (as with pthreads). A cancellation point:
+ * ECANCELED if the calling green thread is cancelled while t runs (t stays
+ * joinable). */
 int fern_join(fern_thread *t, void **ret);
 
 /* Make t release its resources at exit instead of waiting for a join.
@@ -468,12 +470,14 @@ int fern_cond_destroy(fern_cond *c);
 
 /* Atomically release m and wait for a signal, then re-acquire m. Wake-ups
  * can be spurious: wait in a loop on your predicate.
- * Return 0; EINVAL if c or m is NULL; EPERM if the caller does not hold m. */
+ * Return 0; EINVAL if c or m is NULL; EPERM if the caller does not hold m;
+ * ECANCELED if the calling green thread is cancelled (fern_cancel), with m
+ * held again. */
 int fern_cond_wait(fern_cond *c, fern_mutex *m);
 
 /* As fern_cond_wait with an absolute deadline. Returns ETIMEDOUT if the
  * deadline passed first (m is held again either way); EINVAL also for a
- * negative deadline. */
+ * negative deadline; ECANCELED as fern_cond_wait. */
 int fern_cond_timedwait(fern_cond *c, fern_mutex *m, int64_t deadline_ns);
 
 /* Wake one / every waiter. Return 0; EINVAL if c is NULL.
@@ -508,14 +512,16 @@ int fern_sem_init(fern_sem *s, unsigned value);
  * it (a woken one no longer uses it). Return 0; EINVAL if s is NULL; EBUSY while a
  * waiter is blocked on it. */
 int fern_sem_destroy(fern_sem *s);
-/* Take one unit, waiting while the value is 0. Return 0; EINVAL if s is NULL. */
+/* Take one unit, waiting while the value is 0. Return 0; EINVAL if s is
+ * NULL; ECANCELED if the calling green thread is cancelled (fern_cancel)
+ * while it would wait (no unit taken). */
 int fern_sem_wait(fern_sem *s);
 /* Take one unit if the value is above 0, without waiting.
  * Return 0; EAGAIN if the value is 0; EINVAL if s is NULL. */
 int fern_sem_trywait(fern_sem *s);
 /* As fern_sem_wait, with an absolute deadline.
  * Return 0; ETIMEDOUT if the deadline passed first (no unit taken); EINVAL if
- * s is NULL or the deadline is negative. */
+ * s is NULL or the deadline is negative; ECANCELED as fern_sem_wait. */
 int fern_sem_timedwait(fern_sem *s, int64_t deadline_ns);
 /* Add one unit (handed straight to a waiter if there is one).
  * Return 0; EINVAL if s is NULL; EOVERFLOW if the value is FERN_SEM_VALUE_MAX. */
@@ -615,11 +621,12 @@ int fern_wg_destroy(fern_wg *wg);
 int fern_wg_add(fern_wg *wg, int64_t delta);
 /* Take one from the counter: fern_wg_add(wg, -1), with its returns. */
 int fern_wg_done(fern_wg *wg);
-/* Wait for the counter to be 0. Return 0; EINVAL if wg is NULL. */
+/* Wait for the counter to be 0. Return 0; EINVAL if wg is NULL; ECANCELED
+ * if the calling green thread is cancelled (fern_cancel) while it waits. */
 int fern_wg_wait(fern_wg *wg);
 /* As fern_wg_wait, with an absolute deadline.
  * Return 0; ETIMEDOUT if the deadline passed first; EINVAL if wg is NULL or
- * the deadline is negative. */
+ * the deadline is negative; ECANCELED as fern_wg_wait. */
 int fern_wg_timedwait(fern_wg *wg, int64_t deadline_ns);
 
 /* Run-once. */
@@ -667,17 +674,21 @@ int fern_chan_destroy(fern_chan *ch);
 int fern_chan_close(fern_chan *ch);
 /* Send a copy of *elem, waiting for room or a receiver. Return 0; EINVAL if
  * ch or elem is NULL; EPIPE if the channel is closed (before or while
- * waiting: the element was not sent). */
+ * waiting: the element was not sent); ECANCELED if the calling green thread
+ * is cancelled (fern_cancel) while it would wait (nothing sent). */
 int fern_chan_send(fern_chan *ch, const void *elem);
 /* Send without waiting: only if a receiver waits or the buffer has room.
  * Return 0; EAGAIN if it would wait; EPIPE if closed; EINVAL as above. */
 int fern_chan_trysend(fern_chan *ch, const void *elem);
 /* As fern_chan_send, with an absolute deadline.
  * Return 0; ETIMEDOUT if the deadline passed first (nothing sent); EPIPE if
- * closed; EINVAL as above or for a negative deadline. */
+ * closed; EINVAL as above or for a negative deadline; ECANCELED as
+ * fern_chan_send. */
 int fern_chan_timedsend(fern_chan *ch, const void *elem, int64_t deadline_ns);
 /* Receive into *elem (elem may be NULL to discard). Return 0; EINVAL if ch is
- * NULL; EPIPE once the channel is closed and drained. */
+ * NULL; EPIPE once the channel is closed and drained; ECANCELED if the
+ * calling green thread is cancelled (fern_cancel) while it would wait
+ * (nothing received). */
 int fern_chan_recv(fern_chan *ch, void *elem);
 /* Receive without waiting: only if an element is buffered or a sender waits.
  * Return 0; EAGAIN if nothing is ready; EPIPE if closed and drained; EINVAL
@@ -685,7 +696,8 @@ int fern_chan_recv(fern_chan *ch, void *elem);
 int fern_chan_tryrecv(fern_chan *ch, void *elem);
 /* As fern_chan_recv, with an absolute deadline.
  * Return 0; ETIMEDOUT if the deadline passed first (nothing received);
- * EPIPE if closed and drained; EINVAL as above or for a negative deadline. */
+ * EPIPE if closed and drained; EINVAL as above or for a negative deadline;
+ * ECANCELED as fern_chan_recv. */
 int fern_chan_timedrecv(fern_chan *ch, void *elem, int64_t deadline_ns);
 /* Buffered elements now / the capacity. */
 size_t fern_chan_len(fern_chan *ch);
@@ -712,7 +724,9 @@ typedef struct fern_select_case {
  * Returns the index of the case that fired (>= 0); -ETIMEDOUT if none became
  * ready by the deadline; -EINVAL if cases is NULL with n > 0, n exceeds
  * FERN_SELECT_MAX, an op is invalid, or n is 0 (or every chan NULL) with
- * deadline FERN_FOREVER (it could never return). */
+ * deadline FERN_FOREVER (it could never return); -ECANCELED if the calling
+ * green thread is cancelled (fern_cancel) while it would wait (no case
+ * fired). */
 int fern_select(fern_select_case *cases, size_t n, int64_t deadline_ns);
 #define FERN_SELECT_MAX 64
 
@@ -764,7 +778,8 @@ int fern_fd_set_deadline(int fd, int64_t read_deadline, int64_t write_deadline);
  * deadline passes. Returns the ready events (> 0), 0 on timeout, -1 with
  * errno EBADF if fd is bad or closed with fern_close while waiting, EINVAL if
  * events is 0 or has unknown bits, EBUSY if another thread already waits for
- * the same direction on fd (one reader and one writer per fd). */
+ * the same direction on fd (one reader and one writer per fd), ECANCELED if
+ * the calling green thread is cancelled (fern_cancel) while it would wait. */
 int fern_wait_fd(int fd, int events, int64_t deadline_ns);
 
 /* Reads and writes that park instead of blocking: read(2), write(2),
@@ -772,7 +787,8 @@ int fern_wait_fd(int fd, int events, int64_t deadline_ns);
  * and sendmsg(2) with the same arguments and results, -1 with errno on
  * error; ETIMEDOUT when the call would wait past the fd's deadline (nothing
  * transferred); EBADF when the fd is closed with fern_close while the call
- * waits. MSG_DONTWAIT in flags makes one attempt, without parking. The send
+ * waits; ECANCELED when the calling green thread is cancelled (fern_cancel)
+ * while the call would wait (nothing transferred). MSG_DONTWAIT in flags makes one attempt, without parking. The send
  * calls, and fern_write/fern_writev on sockets, never raise SIGPIPE: EPIPE
  * instead (above). */
 ssize_t fern_read(int fd, void *buf, size_t n);
@@ -791,12 +807,14 @@ ssize_t fern_sendmsg(int fd, const struct msghdr *msg, int flags);
 /* accept4(2) that parks. The new fd is non-blocking and ready for fern_*
  * calls (SOCK_NONBLOCK is always added to flags). On EMFILE/ENFILE it returns
  * -1 at once with that errno: the caller should back off (for example
- * fern_sleep_ns) rather than retry in a loop. */
+ * fern_sleep_ns) rather than retry in a loop. ECANCELED if the calling green
+ * thread is cancelled (fern_cancel) while it waits. */
 int fern_accept(int fd, struct sockaddr *addr, socklen_t *addrlen, int flags);
 
 /* connect(2) that parks: makes fd non-blocking, starts the connection, waits
  * for writability (within fd's write deadline), then reports SO_ERROR.
- * Returns 0, or -1 with errno (ECONNREFUSED, ETIMEDOUT, ...). */
+ * Returns 0, or -1 with errno (ECONNREFUSED, ETIMEDOUT, ECANCELED if the
+ * calling green thread is cancelled while it waits, ...). */
 int fern_connect(int fd, const struct sockaddr *addr, socklen_t addrlen);
 
 /* Close fd: threads parked in fern_* calls on it wake with EBADF, the poller
@@ -815,11 +833,14 @@ int fern_close(int fd);
  * the caller. fn must not call fern functions that park (it runs on a plain
  * thread: they would block it, which is allowed but wastes the helper).
  * Returns fn's result; if fn is NULL returns NULL with errno EINVAL. errno set
- * by fn is carried back to the caller. */
+ * by fn is carried back to the caller. A cancellation point at its start
+ * only: a cancelled green thread gets NULL with errno ECANCELED and fn does
+ * not run; a job that has started is waited for. */
 void *fern_blocking(void *(*fn)(void *), void *arg);
 
 /* pread(2) / pwrite(2) run through fern_blocking (regular files never report
- * EAGAIN, so epoll cannot help them). */
+ * EAGAIN, so epoll cannot help them). -1 with errno ECANCELED, nothing done,
+ * if the calling green thread is cancelled (fern_cancel). */
 ssize_t fern_pread(int fd, void *buf, size_t n, int64_t offset);
 ssize_t fern_pwrite(int fd, const void *buf, size_t n, int64_t offset);
 

@@ -20,6 +20,13 @@ namespace {
 // the figures printed are what the runs measured); the bound is what a
 // loaded 2-core CI machine (sanitizers included) keeps.
 constexpr int64_t kLateNs = 200 * 1000000ll * kLatenessScale;
+// The 10,000-reader target (1 s) is for a release build; a sanitizer's
+// instrumentation makes each wake-up some 20 times dearer.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr int kSanitizerSlowdown = 20;
+#else
+constexpr int kSanitizerSlowdown = 1;
+#endif
 // How soon a cancellation point must fail once the thread is cancelled.
 constexpr int64_t kAtOnceNs = 50 * 1000000ll * kLatenessScale;
 
@@ -352,7 +359,7 @@ TEST(Cancel, TenThousandReaders) {
     std::printf("  %d readers: cancelled in %.2f ms, all joined %.2f ms after the first cancel\n", N,
                 (double)(t1 - t0) / 1e6, (double)(t2 - t0) / 1e6);
     EXPECT_EQ(N, cancelled.load());
-    EXPECT_LT(t2 - t0, 1000 * 1000000ll * kLatenessScale);
+    EXPECT_LT(t2 - t0, 1000 * 1000000ll * kLatenessScale * kSanitizerSlowdown);
     for (int fd : fds) fern_close(fd);
 }
 
