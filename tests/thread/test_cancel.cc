@@ -255,10 +255,12 @@ TEST(Cancel, Misuse) {
     EXPECT_EQ(ECANCELED, rc);
 }
 
-// Cancels race wake-ups on a semaphore: each post hands its unit to exactly
-// one waiter, and a cancelled waiter takes none, so units taken plus those
-// left equal those posted, and every thread ends.
+// Cancels race wake-ups on a semaphore, on four workers: each post hands its
+// unit to exactly one waiter, and a cancelled waiter takes none, so units
+// taken plus those left equal those posted, and every thread ends.
 TEST(Cancel, RacesWithWakeupsWakeOnce) {
+    fern_cluster *cl; // four workers, whatever the machine
+    ASSERT_EQ(0, fern_cluster_create(&cl, 4));
     const int rounds = std::max(20, (int)(200 * stress_scale()));
     const int N = 16;
     for (int r = 0; r < rounds; r++) {
@@ -267,7 +269,7 @@ TEST(Cancel, RacesWithWakeupsWakeOnce) {
         std::atomic<int> taken{0}, cancelled{0}, other{0};
         std::vector<fern_thread *> ts(N);
         for (int i = 0; i < N; i++)
-            ASSERT_EQ(0, spawn(&ts[i], nullptr, [&] {
+            ASSERT_EQ(0, spawn_on(&ts[i], cl, [&] {
                 for (;;) {
                     int e = fern_sem_wait(&s);
                     if (e == 0)
@@ -292,11 +294,14 @@ TEST(Cancel, RacesWithWakeupsWakeOnce) {
         EXPECT_EQ(3 * N, taken.load() + (int)fern_sem_value(&s)) << "round " << r;
         ASSERT_EQ(0, fern_sem_destroy(&s));
     }
+    EXPECT_EQ(0, fern_cluster_destroy(cl));
 }
 
 // The same race on unbuffered channels: every element sent is received
 // exactly once, by a receiver that then counts it.
 TEST(Cancel, RacesWithChannelHandOff) {
+    fern_cluster *cl;
+    ASSERT_EQ(0, fern_cluster_create(&cl, 4));
     const int rounds = std::max(20, (int)(200 * stress_scale()));
     const int N = 8;
     for (int r = 0; r < rounds; r++) {
@@ -305,11 +310,11 @@ TEST(Cancel, RacesWithChannelHandOff) {
         std::atomic<int> got{0}, sent{0};
         std::vector<fern_thread *> rx(N), tx(N);
         for (int i = 0; i < N; i++) {
-            ASSERT_EQ(0, spawn(&rx[i], nullptr, [&] {
+            ASSERT_EQ(0, spawn_on(&rx[i], cl, [&] {
                 int v;
                 while (fern_chan_recv(ch, &v) == 0) got++;
             }));
-            ASSERT_EQ(0, spawn(&tx[i], nullptr, [&] {
+            ASSERT_EQ(0, spawn_on(&tx[i], cl, [&] {
                 int v = 1;
                 while (fern_chan_send(ch, &v) == 0) sent++;
             }));
@@ -326,6 +331,7 @@ TEST(Cancel, RacesWithChannelHandOff) {
         EXPECT_EQ(sent.load(), got.load()) << "round " << r;
         ASSERT_EQ(0, fern_chan_destroy(ch));
     }
+    EXPECT_EQ(0, fern_cluster_destroy(cl));
 }
 
 // 10,000 threads parked in fern_read (one eventfd each), all cancelled and
