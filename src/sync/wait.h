@@ -108,8 +108,10 @@ static inline struct parker *parker_cancellable(fern_thread *t, struct parker *o
 }
 
 /* waiter_init for a cancellable wait of t: wt's parker is
- * parker_cancellable's. False if t is cancelled (wt then uses its own
- * parker, and the caller must not wait on it). */
+ * parker_cancellable's, its solo set for an untimed wait (SOLO_CAS on the
+ * thread's parker, SOLO_LOCKED on wt's own: waiter_wait_as relies on it;
+ * waiter_wait sets it again). False if t is cancelled (wt then uses its
+ * own parker, and the caller must not wait on it). */
 static inline bool waiter_init_cancellable(struct waiter *wt, fern_thread *t)
 {
     wt->next = wt->prev = NULL;
@@ -119,13 +121,28 @@ static inline bool waiter_init_cancellable(struct waiter *wt, fern_thread *t)
     wt->since = 0;
     wt->index = 0;
     wt->heir = 0;
-    struct parker *p = parker_cancellable(t, &wt->own);
-    if (p == &wt->own || !p) {
-        parker_init(&wt->own);
-        wt->p = &wt->own;
-        return p != NULL;
+    if (likely(t && !t->cshield)) {
+        struct parker *p = &t->cpark;
+        __atomic_exchange_n(&p->state, W_WAITING, __ATOMIC_SEQ_CST);
+        if (likely(!__atomic_load_n(&t->creq, __ATOMIC_SEQ_CST))) {
+            p->solo = SOLO_CAS;
+            wt->p = p;
+            return true;
+        }
+        uint32_t expect = W_WAITING;
+        if (CAS(&p->state, &expect, W_CANCELED)) {
+            parker_init(&wt->own);
+            wt->p = &wt->own;
+            return false;
+        }
+        /* A second canceller claimed the wait: park (parker_cancellable). */
+        p->solo = SOLO_CAS;
+        wt->p = p;
+        return true;
     }
-    wt->p = p;
+    parker_init(&wt->own);
+    wt->own.solo = SOLO_LOCKED;
+    wt->p = &wt->own;
     return true;
 }
 
@@ -263,7 +280,8 @@ static inline __attribute__((always_inline)) int parker_park_untimed(struct park
     return (int)LOAD(&p->state);
 }
 /* waiter_wait for a caller that has read its green thread t already (NULL
- * for a plain thread): the common untimed park of a green thread inline,
+ * for a plain thread) and set wt up with waiter_init_cancellable: the
+ * common untimed park of a green thread inline,
  * without waiter_wait's call and its second read of the current thread;
  * everything else through waiter_wait. */
 static inline __attribute__((always_inline)) int waiter_wait_as(struct waiter *wt, fern_thread *t,
@@ -271,7 +289,7 @@ static inline __attribute__((always_inline)) int waiter_wait_as(struct waiter *w
 {
     if (!t || deadline != FERN_FOREVER)
         return waiter_wait(wt, lock, deadline);
-    wt->p->solo = wt->p == &wt->own ? SOLO_LOCKED : SOLO_CAS;
+    /* solo as waiter_init_cancellable set it (every caller's init). */
     return parker_park_untimed(wt->p, t, lock);
 }
 
