@@ -218,13 +218,11 @@ struct waiter *waitq_claim_one_slow(fern_waitq *q);
  * the first waiter after it that can be won, or NULL). */
 static inline struct waiter *waitq_claim_solo(fern_waitq *q, struct waiter *wt)
 {
-    if (wt->p->solo == SOLO_CAS) {
-        uint32_t expect = W_WAITING;
-        if (unlikely(!CAS(&wt->p->state, &expect, W_CLAIMED)))
-            return waitq_claim_one_slow(q);
-    } else {
-        STORE_RELAXED(&wt->p->state, W_CLAIMED);
-    }
+    /* One CAS for both kinds: a SOLO_LOCKED claim cannot fail, and the
+     * test that would tell them apart costs the SOLO_CAS path more. */
+    uint32_t expect = W_WAITING;
+    if (unlikely(!CAS(&wt->p->state, &expect, W_CLAIMED)))
+        return waitq_claim_one_slow(q);
     struct waiter *n = wt->next;
     q->head = n;
     if (n)
