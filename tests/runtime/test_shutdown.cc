@@ -97,6 +97,7 @@ template <class S> void expect_case(const char *what, bool preempt, S spawn_all,
             << what << ": child status " << o.status << "\n" << o.err;
         if (must_say) EXPECT_NE(std::string::npos, o.err.find(must_say)) << what << ":\n" << o.err;
         std::printf("  %-32s run %d: shutdown took %ld ms\n", what, run, took_ms(o.err));
+        if (took_ms(o.err) > kGraceMs + 500) std::printf("%s", o.err.c_str()); // why it waited
     }
 }
 
