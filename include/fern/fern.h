@@ -80,12 +80,20 @@ typedef struct fern_config {
                         * $FERN_PREEMPT_LIBS, "" = none. libc, the loader,
                         * libstdc++, libgcc_s, the sanitizer runtimes and
                         * fern's own libraries cannot be named. */
+    long shutdown_grace_ms; /* how long fern_shutdown lets cancelled green
+                        * threads end before it destroys them: 0 =
+                        * $FERN_SHUTDOWN_GRACE_MS or FERN_SHUTDOWN_GRACE_DEFAULT_MS;
+                        * FERN_SHUTDOWN_GRACE_NONE (-1) = destroy at once;
+                        * otherwise 1 to FERN_SHUTDOWN_GRACE_MAX_MS. */
 } fern_config;
 
 #define FERN_PREEMPT_DEFAULT_US 10000L
 #define FERN_PREEMPT_MIN_US 100L
 #define FERN_PREEMPT_MAX_US 10000000L
 #define FERN_PREEMPT_OFF (-1L)
+#define FERN_SHUTDOWN_GRACE_DEFAULT_MS 1000L
+#define FERN_SHUTDOWN_GRACE_MAX_MS 3600000L
+#define FERN_SHUTDOWN_GRACE_NONE (-1L)
 
 /* Start the runtime: the default cluster and its workers. Optional: fern_run,
  * fern_spawn and the other calls listed in docs/configuration.md ("Implicit
@@ -107,12 +115,20 @@ int fern_init(const fern_config *cfg);
  * Returns 0, or an error of fern_init / fern_spawn; EINVAL if fn is NULL. */
 int fern_run(fern_fn fn, void *arg, void **ret);
 
-/* Stop the runtime: every cluster's workers are stopped and joined, all
- * memory is released. Call it from a plain thread once your green threads
- * have finished; threads still parked are destroyed without running (their
- * key destructors do not run) and are counted in the return value's warning
- * on stderr. Returns 0; EPERM if called from a green thread; EINVAL if the
- * runtime is not running. The runtime can be started again afterwards. */
+/* Stop the runtime; it never waits for ever (docs/cancellation.md). Every
+ * green thread that has not finished is cancelled (fern_cancel) and given
+ * the grace period (fern_config.shutdown_grace_ms) to end; then every
+ * cluster's workers are stopped and joined and all memory is released.
+ * Threads still there after the grace period, parked or runnable (spinners,
+ * yielders, threads migrating between clusters), are destroyed without
+ * running again (their key destructors do not run); one line on stderr
+ * says how many, then one per thread (id, name, what it waited in; the
+ * first 20). A thread that never leaves the CPU and cannot be preempted
+ * (preemption off) cannot be destroyed: its worker is left running (said on
+ * stderr) and the runtime's memory is not released, and fern_shutdown
+ * returns about a second after the grace period all the same. Call it from
+ * a plain thread. Returns 0; EPERM if called from a green thread; EINVAL if
+ * the runtime is not running. The runtime can be started again afterwards. */
 int fern_shutdown(void);
 
 /* Monotonic clock in nanoseconds. */
@@ -155,7 +171,9 @@ int fern_go(fern_fn fn, void *arg);
  * result. Works from green and plain threads. Returns 0; EINVAL if t is NULL,
  * detached, already joined, or being joined by someone else; EDEADLK if t is
  * the calling thread. Joining a handle after it was joined and reused by a
- * new thread cannot be detected (as with pthreads). */
+ * new thread cannot be detected (as with pthreads). A cancellation point:
+ * ECANCELED if the calling green thread is cancelled while t runs (t stays
+ * joinable). */
 int fern_join(fern_thread *t, void **ret);
 
 /* Make t release its resources at exit instead of waiting for a join.
@@ -190,9 +208,115 @@ const char *fern_thread_name(const fern_thread *t);
 int fern_exit(void *ret);
 
 /* Sleep for ns nanoseconds (ns <= 0 returns at once) / until the deadline.
- * Return 0; EINVAL if the deadline is negative. */
+ * Cancellation points (fern_cancel). Return 0; EINVAL if the deadline is
+ * negative; ECANCELED if the calling green thread is cancelled (then at
+ * once, or as soon as a cancel comes while it sleeps). */
 int fern_sleep_ns(int64_t ns);
 int fern_sleep_until(int64_t deadline_ns);
+
+/* ------------------------------------------------------------------------ */
+/* Cancellation                                                              */
+/* ------------------------------------------------------------------------ */
+
+/* Ask green thread t to stop (docs/cancellation.md). The request is sticky
+ * and nothing is unwound: the cancellation point t waits in, if any, is
+ * woken at once and fails, and so does every cancellation point t reaches
+ * afterwards when it would have to wait; t then cleans up and returns as
+ * it sees fit. A cancellation point fails with ECANCELED as its error
+ * value (fern_sleep_ns, fern_sleep_until, fern_join, fern_cond_wait and
+ * fern_cond_timedwait, which take the mutex back first, fern_sem_wait and
+ * fern_sem_timedwait, fern_wg_wait and fern_wg_timedwait, the blocking
+ * channel calls and fern_select, which returns -ECANCELED, fern_group_wait)
+ * or with -1 and errno ECANCELED (fern_read, fern_write and the other
+ * descriptor calls that wait, fern_blocking and fern_pread/fern_pwrite
+ * before their job starts, and, through fern-hook, read, recv, send,
+ * accept, connect, poll, select, epoll_wait and the sleeps). A call that
+ * can complete without waiting completes. Locking a mutex or an rwlock,
+ * fern_barrier_wait and fern_once are not cancellation points. A cancel
+ * affects t only; use a group (fern_group_cancel) for threads t started.
+ * Plain threads have no handle and cannot be cancelled. Cancelling a
+ * thread twice, or one that has ended but is not yet joined, does nothing
+ * more. Works from green and plain threads. Returns 0; EINVAL if t is
+ * NULL; ESRCH if t's descriptor is free (it was joined, or detached and
+ * ended; a handle reused by a new thread cannot be detected, as with
+ * fern_join). */
+int fern_cancel(fern_thread *t);
+
+/* Shield the calling green thread's waits from its cancel (on != 0) or
+ * stop shielding them (on == 0), for cleanup that must wait, such as
+ * closing a protocol politely; the request stays and fails the first
+ * cancellation point after the shield is lifted. Returns the previous
+ * setting (1 shielded, 0 not), so that shields nest:
+ * `int was = fern_cancel_shield(1); ...; fern_cancel_shield(was);`.
+ * Returns 0 and does nothing on a plain thread. */
+int fern_cancel_shield(int on);
+
+/* 1 if the calling green thread has been cancelled (shielded or not),
+ * else 0 (always 0 on a plain thread). For loops that compute without
+ * waiting: check it now and then. */
+int fern_cancelled(void);
+
+/* ------------------------------------------------------------------------ */
+/* Groups: structured concurrency                                            */
+/* ------------------------------------------------------------------------ */
+
+/* A group owns the green threads spawned into it (docs/cancellation.md):
+ * fern_group_wait returns once all of them have ended, cancelling the
+ * group cancels every one of them, groups nest (a subgroup's threads are
+ * its parent's too: cancelled with it, waited for by its wait), and a
+ * group may have a deadline. A member reports failure through its result:
+ * fn's return value (or fern_exit's) is read as an error value, NULL (0)
+ * for success, as in `return (void *)(intptr_t)EIO;`. Works from green and
+ * plain threads. */
+typedef struct fern_group fern_group;
+
+/* fern_group_create's flags: the first member that fails (returns a
+ * non-zero result) before the group is cancelled cancels the group, and
+ * fern_group_wait returns its result, as Go's errgroup. */
+#define FERN_GROUP_FAILFAST 1u
+
+/* Create an empty group in *g, a subgroup of parent (NULL: none), with
+ * flags (0 or FERN_GROUP_FAILFAST). A subgroup of a cancelled group starts
+ * cancelled. Returns 0; EINVAL if g is NULL, flags has an unknown bit, or
+ * parent is being destroyed; ENOMEM. */
+int fern_group_create(fern_group **g, fern_group *parent, unsigned flags);
+
+/* Spawn a green thread running fn(arg) as a member of g (attr as for
+ * fern_spawn; its `detached` is ignored: the group owns the thread, which
+ * cannot be joined). *t (if t is not NULL) receives its handle, valid for
+ * fern_cancel and names until the thread ends. A member spawned into a
+ * cancelled group starts cancelled: its first cancellation point fails.
+ * Returns 0; EINVAL if g or fn is NULL or g is being destroyed; ENOMEM;
+ * or an error of fern_spawn. */
+int fern_group_spawn(fern_group *g, fern_thread **t, const fern_attr *attr, fern_fn fn, void *arg);
+
+/* Cancel g: fern_cancel every member, and every subgroup the same way;
+ * members spawned into g later start cancelled. Sticky. Returns 0; EINVAL
+ * if g is NULL. */
+int fern_group_cancel(fern_group *g);
+
+/* Cancel g at deadline_ns (fern_now_ns's clock), unless it has emptied by
+ * then: a timeout for a whole request; fern_group_wait then returns
+ * ETIMEDOUT (in a FAILFAST group, unless a member failed first). One
+ * deadline per group; a subgroup's deadline is its own, its parent's
+ * reaches it by the parent's cancel. Uses a green thread of the runtime
+ * (started if needed). Returns 0; EINVAL if g is NULL or the deadline is
+ * negative; EBUSY if g has a deadline already or is being destroyed;
+ * ENOMEM, or an error of fern_spawn. */
+int fern_group_set_deadline(fern_group *g, int64_t deadline_ns);
+
+/* Wait until every member of g and of its subgroups has ended. Returns 0;
+ * in a FAILFAST group the first failure's result; ETIMEDOUT if g's
+ * deadline cancelled it (and no failure came first); EINVAL if g is NULL.
+ * A cancellation point, the structured way: if the caller is cancelled,
+ * g is cancelled and the call still waits for its members to end (they
+ * never outlive it), then returns ECANCELED. */
+int fern_group_wait(fern_group *g);
+
+/* Free g, which has no running member and no subgroup left (destroy
+ * subgroups first). Returns 0; EINVAL if g is NULL; EBUSY if a member
+ * still runs or a subgroup exists. */
+int fern_group_destroy(fern_group *g);
 
 /* ------------------------------------------------------------------------ */
 /* Green-thread-local storage                                                */
@@ -346,12 +470,14 @@ int fern_cond_destroy(fern_cond *c);
 
 /* Atomically release m and wait for a signal, then re-acquire m. Wake-ups
  * can be spurious: wait in a loop on your predicate.
- * Return 0; EINVAL if c or m is NULL; EPERM if the caller does not hold m. */
+ * Return 0; EINVAL if c or m is NULL; EPERM if the caller does not hold m;
+ * ECANCELED if the calling green thread is cancelled (fern_cancel), with m
+ * held again. */
 int fern_cond_wait(fern_cond *c, fern_mutex *m);
 
 /* As fern_cond_wait with an absolute deadline. Returns ETIMEDOUT if the
  * deadline passed first (m is held again either way); EINVAL also for a
- * negative deadline. */
+ * negative deadline; ECANCELED as fern_cond_wait. */
 int fern_cond_timedwait(fern_cond *c, fern_mutex *m, int64_t deadline_ns);
 
 /* Wake one / every waiter. Return 0; EINVAL if c is NULL.
@@ -386,14 +512,16 @@ int fern_sem_init(fern_sem *s, unsigned value);
  * it (a woken one no longer uses it). Return 0; EINVAL if s is NULL; EBUSY while a
  * waiter is blocked on it. */
 int fern_sem_destroy(fern_sem *s);
-/* Take one unit, waiting while the value is 0. Return 0; EINVAL if s is NULL. */
+/* Take one unit, waiting while the value is 0. Return 0; EINVAL if s is
+ * NULL; ECANCELED if the calling green thread is cancelled (fern_cancel)
+ * while it would wait (no unit taken). */
 int fern_sem_wait(fern_sem *s);
 /* Take one unit if the value is above 0, without waiting.
  * Return 0; EAGAIN if the value is 0; EINVAL if s is NULL. */
 int fern_sem_trywait(fern_sem *s);
 /* As fern_sem_wait, with an absolute deadline.
  * Return 0; ETIMEDOUT if the deadline passed first (no unit taken); EINVAL if
- * s is NULL or the deadline is negative. */
+ * s is NULL or the deadline is negative; ECANCELED as fern_sem_wait. */
 int fern_sem_timedwait(fern_sem *s, int64_t deadline_ns);
 /* Add one unit (handed straight to a waiter if there is one).
  * Return 0; EINVAL if s is NULL; EOVERFLOW if the value is FERN_SEM_VALUE_MAX. */
@@ -493,11 +621,12 @@ int fern_wg_destroy(fern_wg *wg);
 int fern_wg_add(fern_wg *wg, int64_t delta);
 /* Take one from the counter: fern_wg_add(wg, -1), with its returns. */
 int fern_wg_done(fern_wg *wg);
-/* Wait for the counter to be 0. Return 0; EINVAL if wg is NULL. */
+/* Wait for the counter to be 0. Return 0; EINVAL if wg is NULL; ECANCELED
+ * if the calling green thread is cancelled (fern_cancel) while it waits. */
 int fern_wg_wait(fern_wg *wg);
 /* As fern_wg_wait, with an absolute deadline.
  * Return 0; ETIMEDOUT if the deadline passed first; EINVAL if wg is NULL or
- * the deadline is negative. */
+ * the deadline is negative; ECANCELED as fern_wg_wait. */
 int fern_wg_timedwait(fern_wg *wg, int64_t deadline_ns);
 
 /* Run-once. */
@@ -545,17 +674,21 @@ int fern_chan_destroy(fern_chan *ch);
 int fern_chan_close(fern_chan *ch);
 /* Send a copy of *elem, waiting for room or a receiver. Return 0; EINVAL if
  * ch or elem is NULL; EPIPE if the channel is closed (before or while
- * waiting: the element was not sent). */
+ * waiting: the element was not sent); ECANCELED if the calling green thread
+ * is cancelled (fern_cancel) while it would wait (nothing sent). */
 int fern_chan_send(fern_chan *ch, const void *elem);
 /* Send without waiting: only if a receiver waits or the buffer has room.
  * Return 0; EAGAIN if it would wait; EPIPE if closed; EINVAL as above. */
 int fern_chan_trysend(fern_chan *ch, const void *elem);
 /* As fern_chan_send, with an absolute deadline.
  * Return 0; ETIMEDOUT if the deadline passed first (nothing sent); EPIPE if
- * closed; EINVAL as above or for a negative deadline. */
+ * closed; EINVAL as above or for a negative deadline; ECANCELED as
+ * fern_chan_send. */
 int fern_chan_timedsend(fern_chan *ch, const void *elem, int64_t deadline_ns);
 /* Receive into *elem (elem may be NULL to discard). Return 0; EINVAL if ch is
- * NULL; EPIPE once the channel is closed and drained. */
+ * NULL; EPIPE once the channel is closed and drained; ECANCELED if the
+ * calling green thread is cancelled (fern_cancel) while it would wait
+ * (nothing received). */
 int fern_chan_recv(fern_chan *ch, void *elem);
 /* Receive without waiting: only if an element is buffered or a sender waits.
  * Return 0; EAGAIN if nothing is ready; EPIPE if closed and drained; EINVAL
@@ -563,7 +696,8 @@ int fern_chan_recv(fern_chan *ch, void *elem);
 int fern_chan_tryrecv(fern_chan *ch, void *elem);
 /* As fern_chan_recv, with an absolute deadline.
  * Return 0; ETIMEDOUT if the deadline passed first (nothing received);
- * EPIPE if closed and drained; EINVAL as above or for a negative deadline. */
+ * EPIPE if closed and drained; EINVAL as above or for a negative deadline;
+ * ECANCELED as fern_chan_recv. */
 int fern_chan_timedrecv(fern_chan *ch, void *elem, int64_t deadline_ns);
 /* Buffered elements now / the capacity. */
 size_t fern_chan_len(fern_chan *ch);
@@ -590,7 +724,9 @@ typedef struct fern_select_case {
  * Returns the index of the case that fired (>= 0); -ETIMEDOUT if none became
  * ready by the deadline; -EINVAL if cases is NULL with n > 0, n exceeds
  * FERN_SELECT_MAX, an op is invalid, or n is 0 (or every chan NULL) with
- * deadline FERN_FOREVER (it could never return). */
+ * deadline FERN_FOREVER (it could never return); -ECANCELED if the calling
+ * green thread is cancelled (fern_cancel) while it would wait (no case
+ * fired). */
 int fern_select(fern_select_case *cases, size_t n, int64_t deadline_ns);
 #define FERN_SELECT_MAX 64
 
@@ -642,7 +778,8 @@ int fern_fd_set_deadline(int fd, int64_t read_deadline, int64_t write_deadline);
  * deadline passes. Returns the ready events (> 0), 0 on timeout, -1 with
  * errno EBADF if fd is bad or closed with fern_close while waiting, EINVAL if
  * events is 0 or has unknown bits, EBUSY if another thread already waits for
- * the same direction on fd (one reader and one writer per fd). */
+ * the same direction on fd (one reader and one writer per fd), ECANCELED if
+ * the calling green thread is cancelled (fern_cancel) while it would wait. */
 int fern_wait_fd(int fd, int events, int64_t deadline_ns);
 
 /* Reads and writes that park instead of blocking: read(2), write(2),
@@ -650,7 +787,8 @@ int fern_wait_fd(int fd, int events, int64_t deadline_ns);
  * and sendmsg(2) with the same arguments and results, -1 with errno on
  * error; ETIMEDOUT when the call would wait past the fd's deadline (nothing
  * transferred); EBADF when the fd is closed with fern_close while the call
- * waits. MSG_DONTWAIT in flags makes one attempt, without parking. The send
+ * waits; ECANCELED when the calling green thread is cancelled (fern_cancel)
+ * while the call would wait (nothing transferred). MSG_DONTWAIT in flags makes one attempt, without parking. The send
  * calls, and fern_write/fern_writev on sockets, never raise SIGPIPE: EPIPE
  * instead (above). */
 ssize_t fern_read(int fd, void *buf, size_t n);
@@ -669,12 +807,14 @@ ssize_t fern_sendmsg(int fd, const struct msghdr *msg, int flags);
 /* accept4(2) that parks. The new fd is non-blocking and ready for fern_*
  * calls (SOCK_NONBLOCK is always added to flags). On EMFILE/ENFILE it returns
  * -1 at once with that errno: the caller should back off (for example
- * fern_sleep_ns) rather than retry in a loop. */
+ * fern_sleep_ns) rather than retry in a loop. ECANCELED if the calling green
+ * thread is cancelled (fern_cancel) while it waits. */
 int fern_accept(int fd, struct sockaddr *addr, socklen_t *addrlen, int flags);
 
 /* connect(2) that parks: makes fd non-blocking, starts the connection, waits
  * for writability (within fd's write deadline), then reports SO_ERROR.
- * Returns 0, or -1 with errno (ECONNREFUSED, ETIMEDOUT, ...). */
+ * Returns 0, or -1 with errno (ECONNREFUSED, ETIMEDOUT, ECANCELED if the
+ * calling green thread is cancelled while it waits, ...). */
 int fern_connect(int fd, const struct sockaddr *addr, socklen_t addrlen);
 
 /* Close fd: threads parked in fern_* calls on it wake with EBADF, the poller
@@ -693,7 +833,9 @@ int fern_close(int fd);
  * the caller. fn must not call fern functions that park (it runs on a plain
  * thread: they would block it, which is allowed but wastes the helper).
  * Returns fn's result; if fn is NULL returns NULL with errno EINVAL. errno set
- * by fn is carried back to the caller. */
+ * by fn is carried back to the caller. A cancellation point at its start
+ * only: a cancelled green thread gets NULL with errno ECANCELED and fn does
+ * not run; a job that has started is waited for. */
 void *fern_blocking(void *(*fn)(void *), void *arg);
 
 /* pread(2) / pwrite(2) that never block the worker (regular files never
@@ -708,7 +850,9 @@ void *fern_blocking(void *(*fn)(void *), void *arg);
  * other file calls take the same path (docs/hooks.md).
  * Returns the bytes read (0 at end of file) or written, or -1 with errno:
  * EINVAL for a negative offset, else pread(2)'s and pwrite(2)'s (EBADF,
- * EFAULT, EISDIR, ENOSPC, EIO, ...). */
+ * EFAULT, EISDIR, ENOSPC, EIO, ...). A cancellation point before the call
+ * is made: -1 with errno ECANCELED, nothing done, if the calling green thread
+ * is cancelled (fern_cancel); a call that has started is waited for. */
 ssize_t fern_pread(int fd, void *buf, size_t n, int64_t offset);
 ssize_t fern_pwrite(int fd, const void *buf, size_t n, int64_t offset);
 

@@ -40,10 +40,17 @@
  *
  * Layout. This file is the one to include; it includes its parts, one
  * concept each, from fern/cxx/: base.hpp (the standard headers, errors and
- * time conversion), runtime.hpp (init, shutdown), thread.hpp (thread, spawn,
- * go, this_thread), mutex.hpp (mutex, shared_mutex, condition_variable),
+ * time conversion), runtime.hpp (init, shutdown), stop.hpp (stop_token,
+ * cancel_shield), thread.hpp (thread, jthread, spawn, go, this_thread),
+ * mutex.hpp (mutex, shared_mutex, condition_variable),
  * sync.hpp (semaphores, wait_group, latch, barrier, call_once), local.hpp
- * (thread_local_ptr), chan.hpp (channel) and select.hpp (select).
+ * (thread_local_ptr), chan.hpp (channel), select.hpp (select) and
+ * group.hpp (group).
+ *
+ * Cancellation (docs/cancellation.md). thread::request_stop() cancels the
+ * thread (fern_cancel): a fern wait it is parked in, and every later one,
+ * throws std::system_error with std::errc::operation_canceled where the C
+ * call returns ECANCELED.
  */
 #ifndef FERN_FERN_HPP
 #define FERN_FERN_HPP
@@ -57,12 +64,14 @@
 /* The parts, in dependency order (each includes the ones it needs). */
 #include <fern/cxx/base.hpp>
 #include <fern/cxx/runtime.hpp>
+#include <fern/cxx/stop.hpp>
 #include <fern/cxx/thread.hpp>
 #include <fern/cxx/mutex.hpp>
 #include <fern/cxx/sync.hpp>
 #include <fern/cxx/local.hpp>
 #include <fern/cxx/chan.hpp>
 #include <fern/cxx/select.hpp>
+#include <fern/cxx/group.hpp>
 
 #endif /* C++20 */
 #endif /* FERN_FERN_HPP */

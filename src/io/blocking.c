@@ -129,6 +129,12 @@ void *fern_blocking(void *(*fn)(void *), void *arg)
     fern_thread *self = thread_current();
     if (!self)
         return fn(arg);
+    /* A cancellation point at its start only: a job that runs cannot be
+     * stopped, and the caller's frame must outlive it. */
+    if (cancel_due(self)) {
+        errno_set(ECANCELED);
+        return NULL;
+    }
     struct job j = {.fn = fn, .arg = arg};
     waiter_init(&j.wt);
     STORE_RELAXED(&self->wait_what, "blocking pool");

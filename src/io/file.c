@@ -173,7 +173,12 @@ void fern__file_nowait_hit(void) { uring_count_nowait(); }
 /* pread or pwrite at offset: the page cache on the worker, else off it. */
 static ssize_t file_prw(long nr, int fd, void *buf, size_t n, int64_t off)
 {
-    if (thread_current()) {
+    fern_thread *self = thread_current();
+    if (self) {
+        if (cancel_due(self)) { /* a cancellation point before the call only */
+            errno_set(ECANCELED);
+            return -1;
+        }
         struct iovec v = {buf, n};
         long r = syscall(nr == SYS_pread64 ? SYS_preadv2 : SYS_pwritev2, fd, &v, 1, (long)off, 0L,
                          (long)RWF_NOWAIT);

@@ -234,6 +234,24 @@ int config_load(const fern_config *cfg, struct config *out)
         n.preempt_signal = sig;
     }
 
+    /* fern_shutdown's grace period (runtime.c). */
+    long g = c.shutdown_grace_ms;
+    if (g != 0 && g != FERN_SHUTDOWN_GRACE_NONE && (g < 1 || g > FERN_SHUTDOWN_GRACE_MAX_MS)) {
+        snprintf(given, sizeof given, "%ld", g);
+        return invalid("fern_config.shutdown_grace_ms", given,
+                       "0 (the default: $FERN_SHUTDOWN_GRACE_MS or 1000), "
+                       "FERN_SHUTDOWN_GRACE_NONE (-1) or 1 to 3600000 milliseconds");
+    }
+    if (g == 0) {
+        v = FERN_SHUTDOWN_GRACE_DEFAULT_MS;
+        if ((r = env_count("FERN_SHUTDOWN_GRACE_MS", 0, FERN_SHUTDOWN_GRACE_MAX_MS,
+                           "a whole number of milliseconds from 0 (none) to 3600000 (default 1000)",
+                           &v)))
+            return r;
+        g = (long)v;
+    }
+    n.shutdown_grace_ns = g < 0 ? 0 : (int64_t)g * 1000000;
+
     /* The shared libraries preempted besides the executable (watch/preempt.c).
      * An explicit list, "" included, does not read the variable. */
     const char *libs = c.preempt_libs ? c.preempt_libs : env("FERN_PREEMPT_LIBS");

@@ -110,26 +110,81 @@ int fern_shutdown(void)
     }
     STORE(&rt.running, 0);
     pthread_mutex_unlock(&rt.boot_lock);
+    /* Cancel every thread that has not finished (again for ones spawned
+     * meanwhile) and give them the grace period: the threads run on while
+     * they end, so the runtime is still whole here. */
+    int64_t grace_end = fern_now_ns() + config.shutdown_grace_ns;
+    while (threads_cancel_all() && fern_now_ns() < grace_end) {
+        struct timespec nap = {0, 1000000};
+        nanosleep(&nap, NULL);
+    }
+    unsigned left = threads_report_unfinished(NULL, 0);
+    if (left) {
+        fprintf(stderr,
+                "fern: shutdown: %u green thread(s) had not ended %lld ms after being cancelled; "
+                "destroying them:\n",
+                left, (long long)(config.shutdown_grace_ns / 1000000));
+        threads_report_unfinished(stderr, 20);
+    }
     crash_stop(); /* no dump in flight while the runtime is torn down */
     monitor_stop();
-    for (;;) {
-        pthread_mutex_lock(&rt.boot_lock);
-        struct fern_cluster *c = rt.clusters;
-        pthread_mutex_unlock(&rt.boot_lock);
-        if (!c)
-            break;
-        cluster_stop(c);
+    /* A stopping cluster's workers leave their threads, runnable or not
+     * (pick_next), except one running a thread that never leaves the CPU
+     * and cannot be preempted: it is waited for 0.8 s at most, so that
+     * fern_shutdown returns within the grace period and a second. */
+    int64_t stop_by = fern_now_ns() + 800000000;
+    unsigned stuck = 0;
+    /* Every cluster stops at once: threads moving between clusters meet
+     * only stopping ones. */
+    pthread_mutex_lock(&rt.boot_lock);
+    for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster)
+        STORE(&c->stopping, 1);
+    pthread_mutex_unlock(&rt.boot_lock);
+    /* Halt them all, then free them: a worker still running may push a
+     * migrating thread into another cluster's inbox. */
+    pthread_mutex_lock(&rt.boot_lock);
+    unsigned nc = rt.nclusters, k = 0;
+    struct fern_cluster **cs = malloc((nc ? nc : 1) * sizeof *cs);
+    for (struct fern_cluster *c = rt.clusters; cs && c && k < nc; c = c->next_cluster)
+        cs[k++] = c;
+    pthread_mutex_unlock(&rt.boot_lock);
+    if (!cs) { /* no memory: one by one, as before */
+        for (;;) {
+            pthread_mutex_lock(&rt.boot_lock);
+            struct fern_cluster *c = rt.clusters;
+            pthread_mutex_unlock(&rt.boot_lock);
+            if (!c)
+                break;
+            stuck += cluster_stop_by(c, stop_by);
+        }
+    } else {
+        for (unsigned i = 0; i < k; i++)
+            stuck += cluster_halt_by(cs[i], stop_by);
+        for (unsigned i = 0; i < k; i++)
+            cluster_retire(cs[i], stuck != 0);
+        free(cs);
+        /* One a thread created meanwhile, if any. */
+        for (;;) {
+            pthread_mutex_lock(&rt.boot_lock);
+            struct fern_cluster *c = rt.clusters;
+            pthread_mutex_unlock(&rt.boot_lock);
+            if (!c)
+                break;
+            stuck += cluster_stop_by(c, stop_by);
+        }
     }
     trace_fini(); /* after the workers, before the descriptors: it reads their names */
-    preempt_fini(); /* after the workers: their handlers read its table */
+    if (!stuck)
+        preempt_fini(); /* after the workers: their handlers read its table */
     blocking_fini();
     uint64_t abandoned = 0;
-    threads_fini(&abandoned);
-    io_fini();
-    stack_fini();
-    if (abandoned)
-        fprintf(stderr, "fern: shutdown destroyed %llu green thread(s) that had not finished\n",
-                (unsigned long long)abandoned);
+    if (!stuck) {
+        /* A stuck worker still uses the descriptors and stacks. */
+        threads_fini(&abandoned);
+        io_fini();
+        stack_fini();
+    }
+    (void)abandoned;
     pthread_mutex_lock(&rt.boot_lock);
     rt.dflt = NULL;
     rt.started_by = NULL;

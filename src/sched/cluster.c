@@ -5,7 +5,10 @@
  */
 #include "sched/sched.h"
 
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 int cluster_start(struct fern_cluster **out, unsigned n)
 {
@@ -92,7 +95,43 @@ bool wake_an_idle_cluster(void)
 }
 
 /* Stop and join c's workers and free it. Caller checked it is unused. */
-void cluster_stop(struct fern_cluster *c)
+/* Join w's kernel thread by `deadline` (fern_now_ns; FERN_FOREVER: wait).
+ * False if it still runs then: it runs a green thread that neither leaves
+ * the CPU nor can be preempted. */
+static bool worker_join_by(struct worker *w, int64_t deadline)
+{
+    if (deadline == FERN_FOREVER)
+        return pthread_join(w->os, NULL) == 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t left = deadline - fern_now_ns();
+    if (left < 0)
+        left = 0;
+    int64_t ns = ts.tv_nsec + left % 1000000000;
+    ts.tv_sec += left / 1000000000 + ns / 1000000000;
+    ts.tv_nsec = ns % 1000000000;
+    if (pthread_timedjoin_np(w->os, NULL, &ts) == 0)
+        return true;
+    fern_thread *t = LOAD_RELAXED(&w->cur);
+    fprintf(stderr,
+            "fern: shutdown: a worker still runs green thread %llu \"%.31s\", which neither "
+            "leaves the CPU nor can be preempted (preemption off, or code that may not be "
+            "preempted); it is left running and the runtime's memory is not released\n",
+            t ? (unsigned long long)LOAD_RELAXED(&t->id) : 0ull, t ? t->name : "");
+    pthread_detach(w->os);
+    return false;
+}
+
+void cluster_stop(struct fern_cluster *c) { cluster_stop_by(c, FERN_FOREVER); }
+
+unsigned cluster_stop_by(struct fern_cluster *c, int64_t deadline)
+{
+    unsigned stuck = cluster_halt_by(c, deadline);
+    cluster_retire(c, stuck != 0);
+    return stuck;
+}
+
+unsigned cluster_halt_by(struct fern_cluster *c, int64_t deadline)
 {
     STORE(&c->stopping, 1);
     /* No spare starts after this: spare_start runs under boot_lock and
@@ -100,17 +139,38 @@ void cluster_stop(struct fern_cluster *c)
     pthread_mutex_lock(&rt.boot_lock);
     pthread_mutex_unlock(&rt.boot_lock);
     cluster_wake_all(c);
+    unsigned stuck = 0;
     for (unsigned i = 0; i < c->nbase; i++)
-        pthread_join(c->workers[i]->os, NULL);
+        stuck += !worker_join_by(c->workers[i], deadline);
     pthread_mutex_lock(&rt.boot_lock);
     for (unsigned i = c->nbase; i < c->nworkers; i++) {
         struct worker *w = c->workers[i];
         if (LOAD(&w->spare) != SPARE_DORMANT) {
-            pthread_join(w->os, NULL);
-            STORE(&w->spare, SPARE_DORMANT);
+            if (worker_join_by(w, deadline))
+                STORE(&w->spare, SPARE_DORMANT);
+            else
+                stuck++;
         }
     }
     pthread_mutex_unlock(&rt.boot_lock);
+    return stuck;
+}
+
+void cluster_retire(struct fern_cluster *c, bool keep)
+{
+    if (keep) {
+        /* Off the list, never freed: a stuck worker still uses it. */
+        pthread_mutex_lock(&rt.boot_lock);
+        for (struct fern_cluster **p = &rt.clusters; *p; p = &(*p)->next_cluster)
+            if (*p == c) {
+                *p = c->next_cluster;
+                break;
+            }
+        rt.nclusters--;
+        rt.nworkers -= c->nbase;
+        pthread_mutex_unlock(&rt.boot_lock);
+        return;
+    }
     while (LOAD(&c->wakers))
         sched_yield(); /* a waker is still inside cluster_wake(c) */
     pthread_mutex_lock(&rt.boot_lock);

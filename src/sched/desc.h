@@ -8,6 +8,7 @@
 #define FERN_SCHED_DESC_H
 
 #include "base/base.h"
+#include "sched/parker.h"
 
 struct stack;
 struct waiter;
@@ -61,6 +62,11 @@ struct fern_thread {
     uint8_t wait_timed;         /* the park has a deadline (watch/deadlock.c) */
     uint32_t trace_flow;        /* debug/trace.c: the flow its waker (or spawner)
                                  * started, ended by its next run; 0 none */
+    uint8_t cshield;            /* fern_cancel_shield: nonzero while its waits
+                                 * cannot be cancelled (the thread's own) */
+    uint32_t creq;              /* fern_cancel was called: sticky (sync/wait.h) */
+    struct parker cpark;        /* the parker of its cancellable waits
+                                 * (sync/wait.h, thread/cancel.c) */
 #ifdef FERN_ASAN
     void *asan_fake;
 #endif

@@ -184,7 +184,10 @@
  *             added atomically, or (live_ext) only under the inbox's lock;
  *             read by fern_stats, fern_dump and spinners as hints that
  *             tolerate stale values.
- *   run_state, stack (for fern_dump): relaxed, diagnostics only.
+ *   run_state, stack (for fern_dump): relaxed, diagnostics only; but
+ *             T_PARKED is stored with release by the park's post-switch
+ *             action (sync/wait.c), and a canceller's acquire load of it
+ *             tells it the thread is saved (invariant 1, thread/cancel.c).
  *
  * Below it: stack/, base/, arch/. The few things the scheduler needs from
  * the layers above are declared at the end of this header, each with the
@@ -222,6 +225,17 @@ void fern_yield_body(void);
 
 int cluster_start(struct fern_cluster **out, unsigned nworkers);
 void cluster_stop(struct fern_cluster *c);
+/* cluster_stop, waiting for each worker until `deadline` only: returns how
+ * many still ran then (reported on stderr, left running; the cluster is
+ * then taken off the list but not freed), else 0 (cluster.c). */
+unsigned cluster_stop_by(struct fern_cluster *c, int64_t deadline);
+/* cluster_stop_by in two steps, for fern_shutdown, which halts every
+ * cluster before it frees any (a thread migrating from a running cluster
+ * pushes itself into another's inbox): cluster_halt_by stops and joins c's
+ * workers (returns the stuck ones), cluster_retire takes c off the list
+ * and frees it, unless `keep` (a stuck worker may still use it). */
+unsigned cluster_halt_by(struct fern_cluster *c, int64_t deadline);
+void cluster_retire(struct fern_cluster *c, bool keep);
 void inbox_push_wake(struct fern_cluster *c, fern_thread *t);
 
 /* A compensation worker's life (worker.spare). Started by the monitor

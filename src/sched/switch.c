@@ -125,7 +125,8 @@ static inline __attribute__((always_inline)) void park(after_fn fn, void *arg, b
     struct worker *w = worker_self();
     fern_thread *cur = w->cur;
     fern_thread *next;
-    STORE_RELAXED(&cur->run_state, T_PARKED);
+    /* run_state becomes T_PARKED in fn, once cur is saved: a canceller
+     * waits for that before it readies cur (thread/cancel.c). */
     PROBE2(park, cur->id, cur->wait_what);
     w->after = fn;
     w->after_prev = cur;
@@ -272,7 +273,8 @@ void sched_yield_pinned(struct worker *w)
     w->preempt.pin_front = 0;
     if (LOAD_RELAXED(&w->timers.n))
         timers_run(w, fern_now_ns());
-    fern_thread *next = inbox_pop(&w->cluster->inbox);
+    /* A stopping cluster: back to g0, which ends the worker (pick_next). */
+    fern_thread *next = LOAD(&w->cluster->stopping) ? &w->g0 : inbox_pop(&w->cluster->inbox);
     if (!next) /* preempted outside fern: no fern lock held (watch/preempt.c) */
         next = pick_next(w, false, true, true);
     if (!next)
@@ -300,8 +302,15 @@ int fern_migrate(fern_cluster *c)
     fern_thread *self = thread_current();
     if (!self)
         return EPERM;
-    if (!c || LOAD(&c->stopping))
+    if (!c)
         return EINVAL;
+    if (LOAD(&c->stopping)) {
+        /* Still a trip through the scheduler: a thread that migrates in a
+         * loop must not become a spinner its stopping cluster cannot stop
+         * (pick_next sends a stopping cluster's workers to g0). */
+        sched_yield_green(worker_self());
+        return EINVAL;
+    }
     if (self->cluster == c)
         return 0;
     struct worker *w = worker_self();

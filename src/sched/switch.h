@@ -59,6 +59,14 @@ static inline __attribute__((always_inline)) fern_thread *pick_next(struct worke
     fern_thread *t;
     uint32_t tick = ++w->tick;
     if (unlikely(tick % 61 == 0)) {
+        /* A stopping cluster (fern_shutdown after its grace period, or
+         * fern_cluster_destroy): the worker goes back to its idle context,
+         * which ends it, even while threads stay runnable (yielders,
+         * migrating threads): those are destroyed. The caller's thread
+         * stays where its switch puts it (queued, or parked). Never asked
+         * by g0 itself (find_work looks at `stopping` first). */
+        if (unlikely(LOAD_RELAXED(&w->cluster->stopping)) && w->cur != &w->g0)
+            return &w->g0;
         timers_tick(w);
         if (tqueue_len(&w->soon)) {
             if (w->soon_streak < SOON_STREAK_MAX && (t = tqueue_pop(&w->soon)) != NULL) {

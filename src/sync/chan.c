@@ -244,10 +244,15 @@ static __attribute__((noinline)) int chan_wait(fern_chan *ch, void *elem, fern_w
         return try_only ? EAGAIN : ETIMEDOUT;
     }
     struct waiter wt;
-    waiter_init(&wt);
+    fern_thread *self = thread_current();
+    if (unlikely(!waiter_init_cancellable(&wt, self))) {
+        struct caller me;
+        caller_get(&me);
+        chan_unlock(ch, plain, &me);
+        return ECANCELED;
+    }
     wt.data = elem;
     waitq_push(q, &wt);
-    fern_thread *self = thread_current();
     if (self) {
         STORE_RELAXED(&self->wait_what, what);
         STORE_RELAXED(&self->wait_obj, ch);
@@ -258,13 +263,13 @@ static __attribute__((noinline)) int chan_wait(fern_chan *ch, void *elem, fern_w
         STORE_RELAXED(&self->wait_what, NULL);
     if (st == W_WOKEN)
         return wt.p->result;
-    /* Timed out: a new operation (the thread may run on another worker, and
-     * the bias may have been revoked meanwhile). */
+    /* Timed out or cancelled: a new operation (the thread may run on another
+     * worker, and the bias may have been revoked meanwhile). */
     struct caller again;
     plain = chan_lock(ch, &again);
     waitq_unlink(&wt);
     chan_unlock(ch, plain, &again);
-    return ETIMEDOUT;
+    return st == W_CANCELED ? ECANCELED : ETIMEDOUT;
 }
 
 static inline int chan_wait_dir(fern_chan *ch, void *elem, bool send, int64_t deadline,
@@ -467,24 +472,30 @@ int fern_select(fern_select_case *cases, size_t n, int64_t deadline_ns)
         lockset_unlock(&ls);
         return -ENOMEM;
     }
-    struct parker p;
-    parker_init(&p);
+    struct parker own, *p;
+    parker_init(&own);
+    fern_thread *self = thread_current();
+    if (!(p = parker_cancellable(self, &own))) {
+        lockset_unlock(&ls);
+        if (w != stackw)
+            free(w);
+        return -ECANCELED;
+    }
     for (size_t i = 0; i < n; i++) {
         waiter_init(&w[i]);
         if (!cases[i].chan)
             continue;
-        w[i].p = &p;
+        w[i].p = p;
         w[i].index = (int32_t)i;
         w[i].data = cases[i].elem;
         waitq_push(cases[i].op == FERN_SEND ? &cases[i].chan->sendq : &cases[i].chan->recvq,
                    &w[i]);
     }
-    fern_thread *self = thread_current();
     if (self) {
         STORE_RELAXED(&self->wait_what, "select");
         STORE_RELAXED(&self->wait_obj, cases);
     }
-    int st = parker_wait(&p, lockset_unlock, &ls, deadline_ns);
+    int st = parker_wait(p, lockset_unlock, &ls, deadline_ns);
     if (self)
         STORE_RELAXED(&self->wait_what, NULL);
     /* Unlink the waiters nobody won (the destroy rule, wait.c). The case
@@ -494,7 +505,7 @@ int fern_select(fern_select_case *cases, size_t n, int64_t deadline_ns)
      * reading ls (it releases the locks one by one, and we may have been
      * woken through one already released); it is done with a channel once
      * it has unlocked it, and we relock every other one. */
-    int fired = st == W_WOKEN ? p.index : -1;
+    int fired = st == W_WOKEN ? p->index : -1;
     fern_chan *fc = fired >= 0 ? cases[fired].chan : NULL;
     for (size_t i = 0; fc && i < n; i++)
         if ((int)i != fired && cases[i].chan == fc)
@@ -513,8 +524,10 @@ int fern_select(fern_select_case *cases, size_t n, int64_t deadline_ns)
         free(w);
     if (st == W_TIMEDOUT)
         return -ETIMEDOUT;
-    cases[p.index].result = p.result;
-    return p.index;
+    if (st == W_CANCELED)
+        return -ECANCELED;
+    cases[p->index].result = p->result;
+    return p->index;
 }
 
 #if !ARCH_JUMP_RETURN

@@ -16,6 +16,12 @@ void threads_fini(uint64_t *abandoned);
 void keys_run_dtors(struct keyval **vals);
 
 int fern_join_body(fern_thread *t, void **ret);
+/* Shutdown (cancel.c): cancel every thread that has not finished and is not
+ * cancelled yet; returns how many have not finished. */
+unsigned threads_cancel_all(void);
+/* One line per thread that has not finished (at most max, then a count);
+ * returns how many. */
+unsigned threads_report_unfinished(FILE *f, unsigned max);
 /* fn(t) for every live thread (under the descriptor lock). */
 void threads_walk(void (*fn)(fern_thread *t, void *arg), void *arg);
 int threads_dump(FILE *f);

@@ -218,7 +218,10 @@ HANDLER_UNINSTRUMENTED static void preempt_tick(struct worker *w, fern_thread *t
         t->rescued = 0;
     }
     bool inbox = inbox_len(&w->cluster->inbox) != 0;
-    bool queued = expired && (inbox || worker_has_queued(w));
+    /* A stopping cluster (fern_shutdown's destroy phase): any thread is
+     * preempted, so that its worker can end (sched_yield_pinned). */
+    bool queued = (expired && (inbox || worker_has_queued(w))) ||
+                  LOAD_RELAXED(&w->cluster->stopping);
     /* Only hints so far: a due timer is confirmed below, under its lock. */
     if (!queued && !inbox && !LOAD_RELAXED(&w->timers.n))
         return;

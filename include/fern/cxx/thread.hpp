@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * fern/cxx/thread.hpp — part of fern.hpp:
- * green threads: fern::attr, fern::thread_id, fern::thread, fern::spawn,
- * fern::go, fern::this_thread.
+ * green threads: fern::attr, fern::thread_id, fern::thread, fern::jthread,
+ * fern::spawn, fern::go, fern::this_thread.
  *
  * Programs include <fern/fern.hpp>, which includes every part; its opening
  * comment (model, errors, time) applies here. A part included on its own
@@ -16,6 +16,7 @@
 #endif
 
 #include <fern/cxx/base.hpp>
+#include <fern/cxx/stop.hpp>
 
 namespace fern {
 
@@ -75,21 +76,16 @@ template <class R> struct result_box {
 };
 template <> struct result_box<void> {};
 
-// Shared by the fern::thread handle and the green thread; two references, the
-// last one to let go deletes it (the handle at join/detach, the thread at exit).
-template <class R> struct thread_state {
-    std::atomic<int> refs{2};
+// Shared by the fern::thread handle, the green thread and its stop tokens
+// (stop_state: the references, the last of which deletes it; the handle's
+// goes at join/detach, the thread's at exit).
+template <class R> struct thread_state : stop_state {
     std::exception_ptr error;
     result_box<R> result;
 
     virtual void run() noexcept = 0;
-    virtual ~thread_state() = default;
 
-    static void release(thread_state *s) noexcept
-    {
-        if (s->refs.fetch_sub(1, std::memory_order_acq_rel) == 1)
-            delete s;
-    }
+    static void release(thread_state *s) noexcept { stop_state::release(s); }
     static void *entry(void *p)
     {
         auto *s = static_cast<thread_state *>(p);
@@ -267,6 +263,24 @@ template <class R> class thread {
     /* The thread's id; id() if not joinable. */
     id get_id() const noexcept { return t_ ? id(fern_thread_id(t_)) : id(); }
 
+    /* Ask the thread to stop (fern_cancel, docs/cancellation.md): the fern
+     * wait it is parked in, and every one it starts afterwards, throws
+     * std::system_error with std::errc::operation_canceled (returns
+     * ECANCELED in C); its tokens say stop_requested(). Returns false if
+     * not joinable (nothing to stop), else true. */
+    bool request_stop() noexcept
+    {
+        if (!t_)
+            return false;
+        s_->stop.store(true, std::memory_order_release);
+        fern_cancel(t_);
+        return true;
+    }
+
+    /* A token that tells whether request_stop was called; a token without
+     * a thread if not joinable. */
+    stop_token get_stop_token() const noexcept { return s_ ? stop_token(s_) : stop_token(); }
+
     /* The C handle (nullptr if not joinable); valid until join/detach. Do not
      * fern_join or fern_detach it yourself. */
     native_handle_type native_handle() const noexcept { return t_; }
@@ -330,6 +344,71 @@ template <class F, class... Args>
 {
     return thread<detail::spawn_result_t<F, Args...>>(options, std::forward<F>(f),
                                                       std::forward<Args>(args)...);
+}
+
+/* A fern::thread that joins when destroyed, as std::jthread: its destructor
+ * (and move assignment over a joinable one) calls request_stop() and then
+ * join(), whose result is discarded; an exception that escaped the body
+ * then calls std::terminate() (call join() to receive it). A callable that
+ * takes a fern::stop_token first gets the thread's. */
+template <class R> class jthread : public thread<R> {
+  public:
+    using thread<R>::thread;
+    jthread() noexcept = default;
+    jthread(thread<R> &&t) noexcept : thread<R>(std::move(t)) {}
+    jthread(jthread &&) noexcept = default;
+    jthread &operator=(jthread &&o) noexcept
+    {
+        stop_and_join();
+        thread<R>::operator=(std::move(o));
+        return *this;
+    }
+    ~jthread() { stop_and_join(); }
+
+  private:
+    void stop_and_join() noexcept
+    {
+        if (this->joinable()) {
+            this->request_stop();
+            this->join();
+        }
+    }
+};
+
+template <class F, class... Args>
+    requires detail::spawnable<F, Args...> && (!std::is_same_v<std::remove_cvref_t<F>, attr>)
+jthread(F &&, Args &&...) -> jthread<typename detail::spawn_result<F, Args...>::type>;
+template <class F, class... Args>
+    requires detail::spawnable<F, Args...>
+jthread(const attr &, F &&, Args &&...) -> jthread<typename detail::spawn_result<F, Args...>::type>;
+
+/* Spawn f(args...) as a fern::jthread; if f can be called with a
+ * fern::stop_token first, it receives the thread's. Throws as spawn. */
+template <class F, class... Args>
+    requires detail::spawnable<F, Args...> || std::is_invocable_v<std::decay_t<F>, stop_token, std::decay_t<Args>...>
+[[nodiscard]] auto spawn_joining(F &&f, Args &&...args)
+{
+    if constexpr (std::is_invocable_v<std::decay_t<F>, stop_token, std::decay_t<Args>...>) {
+        // The token is the thread's own, which exists once the thread does:
+        // the new thread yields until the spawner has handed it over.
+        using R = detail::thread_result_t<
+            std::invoke_result_t<std::decay_t<F>, stop_token, std::decay_t<Args>...>>;
+        auto slot = std::make_shared<std::atomic<stop_token *>>(nullptr);
+        auto body = [slot, g = std::decay_t<F>(std::forward<F>(f))](std::decay_t<Args>... a) mutable -> R {
+            stop_token *st;
+            while (!(st = slot->load(std::memory_order_acquire)))
+                fern_yield();
+            stop_token mine = *st;
+            delete st;
+            return std::invoke(std::move(g), std::move(mine), std::move(a)...);
+        };
+        jthread<R> t(thread<R>(std::move(body), std::forward<Args>(args)...));
+        slot->store(new stop_token(t.get_stop_token()), std::memory_order_release);
+        return t;
+    } else {
+        return jthread<detail::spawn_result_t<F, Args...>>(
+            spawn(std::forward<F>(f), std::forward<Args>(args)...));
+    }
 }
 
 /* Fire and forget: run f(args...) on a new detached green thread. Its result
