@@ -77,9 +77,6 @@ struct fern_thread {
 #endif
 } __attribute__((aligned(64)));
 _Static_assert(offsetof(struct fern_thread, fn) == 64, "a switch's fields fill the first line");
-#if !defined(FERN_ASAN) && !defined(FERN_TSAN)
-_Static_assert(sizeof(struct fern_thread) == 192, "three cache lines");
-#endif
 
 /* Descriptors are allocated in chunks that live until shutdown; the list
  * of chunks (rt.chunks) is the registry of all threads (see debug/debugmap.c). */
