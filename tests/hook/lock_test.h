@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: MIT */
+// Helpers for the fern-hook lock suites (lock.cc, ...): clusters of 1 or 2
+// workers, plain threads, and a count of mutual-exclusion violations.
+#ifndef FERN_TESTS_HOOK_LOCK_TEST_H
+#define FERN_TESTS_HOOK_LOCK_TEST_H
+
+#include "hook_test.h"
+
+#include <pthread.h>
+
+#include <atomic>
+#include <functional>
+#include <thread>
+
+namespace lock_test {
+using namespace hook_test;
+
+struct Workers {
+    fern_cluster *c = nullptr;
+    explicit Workers(int n) { EXPECT_EQ(fern_cluster_create(&c, n), 0); }
+    ~Workers() {
+        if (c) {
+            EXPECT_EQ(fern_cluster_destroy(c), 0);
+        }
+    }
+    template <class F> fern_thread *spawn(F &&f) {
+        fern_thread *t = nullptr;
+        EXPECT_EQ(spawn_on(&t, c, std::forward<F>(f)), 0);
+        return t;
+    }
+    // n green threads running f(i), joined.
+    void many(int n, const std::function<void(int)> &f) {
+        std::vector<fern_thread *> ts;
+        for (int i = 0; i < n; i++) ts.push_back(spawn([&f, i] { f(i); }));
+        for (auto t : ts) EXPECT_EQ(fern_join(t, nullptr), 0);
+    }
+};
+
+// A section that must be entered by one thread at a time: counts entries
+// that found another thread inside.
+struct Exclusive {
+    std::atomic<int> inside{0};
+    std::atomic<long> violations{0};
+    void enter() {
+        if (inside.fetch_add(1) != 0) violations++;
+    }
+    void leave() { inside.fetch_sub(1); }
+};
+
+// The worker counts the tests run on (1 and 2).
+class OnWorkers : public ::testing::TestWithParam<int> {};
+
+}  // namespace lock_test
+#endif
