@@ -10,15 +10,21 @@
  * word is 2: a plain thread on the futex (glibc's code), a green thread in
  * the lot (validated under the lot's lock). Unlock exchanges 0 and, if it
  * saw 2, wakes one party: a green unlocker wakes one from the lot, or the
- * futex if the lot had none; a plain unlocker's glibc code wakes the futex,
- * and fern-hook then wakes one from the lot if the lot has anyone at all.
+ * futex if the lot had none; a plain unlocker is glibc's code, unchanged
+ * (the plain-thread cost rule: one TLS load and a branch), which wakes
+ * only the futex.
  *
- * Why nobody sleeps forever: a party woken from either place always makes
+ * So a green waiter sleeps in the lot untimed only while a green thread
+ * owns the mutex (__owner >= 2^28, checked again under the lot's lock):
+ * that owner's unlock wakes it. While a kernel thread owns it, a green
+ * waiter sleeps for a poll interval (50 us, doubling to 1 ms) and looks
+ * again. Why nobody sleeps forever: a party woken from either place makes
  * one more exchange to 2 before sleeping again, so while anyone sleeps the
- * word returns to 2 and the next unlock wakes again (glibc's own argument
- * for waking one). The lot's count is read after the unlock's exchange,
- * which is a full barrier on x86_64 (an xchg) and is followed by a fence
- * on aarch64; a green waiter raises the count before its exchange.
+ * word returns to 2 and the next green unlock wakes again (glibc's own
+ * argument for waking one); an untimed green sleeper has a green owner,
+ * and when ownership passes to a kernel thread it is through a green
+ * unlock that woke a green waiter, which then polls. A timed lock that
+ * gives up wakes one sleeper to take its place.
  *
  * Ownership: glibc writes the kernel thread id into __owner; a green thread
  * writes its own id (fern__lock_owner_id), which no kernel thread has, so
@@ -34,7 +40,28 @@
 #include <linux/futex.h>
 #include <threads.h>
 
-struct lk_real lk_real;
+/* Until the constructor (or the first call) resolves them, the mutex
+ * entries go through stubs that resolve first: the plain-thread paths of
+ * lock and unlock then need no "resolved yet?" test. */
+static int stub_mutex_lock(pthread_mutex_t *m)
+{
+    lk_resolve();
+    return lk_real.mutex_lock(m);
+}
+static int stub_mutex_unlock(pthread_mutex_t *m)
+{
+    lk_resolve();
+    return lk_real.mutex_unlock(m);
+}
+static int stub_mutex_trylock(pthread_mutex_t *m)
+{
+    lk_resolve();
+    return lk_real.mutex_trylock(m);
+}
+
+struct lk_real lk_real = {.mutex_lock = stub_mutex_lock,
+                          .mutex_unlock = stub_mutex_unlock,
+                          .mutex_trylock = stub_mutex_trylock};
 int lk_own;
 
 #define KIND_TYPE 3           /* PTHREAD_MUTEX_KIND_MASK_NP */
@@ -151,10 +178,15 @@ int lk_thrd(int err)
 
 static inline int kind_of(pthread_mutex_t *m) { return __atomic_load_n(&m->__data.__kind, __ATOMIC_RELAXED); }
 
+/* A green waiter sleeps on the word while it is 2 and its owner is of
+ * the kind it saw before parking (a green thread: until woken; a kernel
+ * thread: for a poll interval, see green_lock). */
+static inline int owner_green(int owner) { return owner >= 0x10000000; }
 static int still_contended(const void *addr, void *arg)
 {
-    (void)arg;
-    return __atomic_load_n((const int *)addr, __ATOMIC_RELAXED) == 2;
+    const pthread_mutex_t *m = addr;
+    return __atomic_load_n(&m->__data.__lock, __ATOMIC_RELAXED) == 2 &&
+           owner_green(__atomic_load_n(&m->__data.__owner, __ATOMIC_RELAXED)) == *(int *)arg;
 }
 
 static void futex_wake1(int *w)
@@ -197,13 +229,30 @@ static int green_lock(pthread_mutex_t *m, int64_t dl, int try)
         }
         HK_TSAN_ENTER();
         int timedout = 0;
+        int64_t poll = 50000;
         while (__atomic_exchange_n(w, 2, __ATOMIC_ACQUIRE) != 0) {
             if (timedout) {
+                /* Giving up: whoever else sleeps here may have relied on
+                 * this thread to look again (below); let one do it. */
+                fern__lot_unpark(m, 1);
                 HK_TSAN_LEAVE();
                 return ETIMEDOUT;
             }
-            int r = fern__lot_park(w, still_contended, NULL, "pthread_mutex (fern-hook)", dl);
-            timedout = r == FERN__LOT_TIMEDOUT;
+            int g = owner_green(__atomic_load_n(&m->__data.__owner, __ATOMIC_RELAXED));
+            int64_t until = dl;
+            if (!g) {
+                /* A kernel thread holds it: its unlock is glibc's, which
+                 * wakes only the futex, so look again after a while
+                 * (50 us, doubling to 1 ms). */
+                int64_t t = fern_now_ns() + poll;
+                if (t < until)
+                    until = t;
+                if (poll < 1000000)
+                    poll *= 2;
+            }
+            int r = fern__lot_park(m, still_contended, &g, "pthread_mutex (fern-hook)", until);
+            /* A poll's end is not the caller's deadline. */
+            timedout = r == FERN__LOT_TIMEDOUT && dl != FERN_FOREVER && fern_now_ns() >= dl;
         }
         HK_TSAN_LEAVE();
     }
@@ -229,36 +278,27 @@ static int green_unlock(pthread_mutex_t *m)
     }
     __atomic_store_n(&m->__data.__owner, 0, __ATOMIC_RELAXED);
     m->__data.__nusers--;
-    if (__atomic_exchange_n(w, 0, __ATOMIC_SEQ_CST) > 1 && fern__lot_unpark(w, 1) == 0)
+    if (__atomic_exchange_n(w, 0, __ATOMIC_SEQ_CST) > 1 && fern__lot_unpark(m, 1) == 0)
         futex_wake1(w);
     return 0;
 }
 
-/* After glibc's unlock on a plain thread: green waiters sleep in the lot,
- * which glibc's futex wake does not reach. */
-static inline void plain_unlocked(pthread_mutex_t *m)
-{
-#if !defined(__x86_64__)
-    __atomic_thread_fence(__ATOMIC_SEQ_CST); /* x86_64: glibc's xchg was one */
-#endif
-    if (__builtin_expect(__atomic_load_n(&fern__lot_nwait, __ATOMIC_RELAXED) != 0, 0))
-        fern__lot_unpark(&m->__data.__lock, 1);
-}
-
 static inline int green_ok(pthread_mutex_t *m) { return !(kind_of(m) & KIND_KERNEL); }
 
+/* The plain-thread paths of lock, trylock and unlock are the hot ones for
+ * a program that takes its locks on plain threads: one TLS load and a
+ * branch before glibc's function (the stubs above spare the test for
+ * resolution). */
 int pthread_mutex_lock(pthread_mutex_t *m)
 {
-    lk_ready();
-    if (lk_plain() || !green_ok(m))
+    if (HK_LIKELY(fern__tls_worker == NULL) || !hk_green() || !green_ok(m))
         return lk_real.mutex_lock(m);
     return green_lock(m, FERN_FOREVER, 0);
 }
 
 int pthread_mutex_trylock(pthread_mutex_t *m)
 {
-    lk_ready();
-    if (lk_plain() || !green_ok(m))
+    if (HK_LIKELY(fern__tls_worker == NULL) || !hk_green() || !green_ok(m))
         return lk_real.mutex_trylock(m);
     return green_lock(m, FERN_FOREVER, 1);
 }
@@ -287,12 +327,8 @@ int pthread_mutex_timedlock(pthread_mutex_t *m, const struct timespec *abs)
 
 int pthread_mutex_unlock(pthread_mutex_t *m)
 {
-    lk_ready();
-    if (lk_plain() || !green_ok(m)) {
-        int r = lk_real.mutex_unlock(m);
-        plain_unlocked(m);
-        return r;
-    }
+    if (HK_LIKELY(fern__tls_worker == NULL) || !hk_green() || !green_ok(m))
+        return lk_real.mutex_unlock(m);
     return green_unlock(m);
 }
 

@@ -18,9 +18,8 @@
  *   green waiter from the lot, or if there is none, the futex. A green
  *   owner is recorded in __owner under its own id (fern__lock_owner_id:
  *   never a kernel thread id), so recursion counts, EDEADLK and EPERM are
- *   per green thread. A plain thread's unlock is glibc's, then one load
- *   of the lot's count: if anyone is parked there, it wakes one on the
- *   mutex (glibc's unlock only wakes the futex).
+ *   per green thread. A plain thread's lock and unlock are glibc's; a
+ *   green waiter behind a kernel-thread owner polls (lock.c says why).
  * - Condition variables, read-write locks, semaphores and barriers that
  *   are private to the process are fern-hook's own, for every thread:
  *   glibc's versions of these are protocols of several words that a

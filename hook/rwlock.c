@@ -94,11 +94,16 @@ int pthread_rwlock_destroy(pthread_rwlock_t *l)
     return 0; /* as glibc: nothing to release */
 }
 
+struct rw_need {
+    uint32_t excl; /* the bits that keep the caller out */
+    uint32_t bit;  /* its wait bit */
+};
+
 static int still_excluded(const void *addr, void *arg)
 {
     uint32_t s = __atomic_load_n(&((const struct lk_rw *)addr)->state, __ATOMIC_RELAXED);
-    uint32_t need = *(uint32_t *)arg; /* the excluding bits, then the wait bit */
-    return (s & (need & ~(RW_WW | RW_RW))) && (s & (need & (RW_WW | RW_RW)));
+    const struct rw_need *n = arg;
+    return (s & n->excl) && (s & n->bit);
 }
 
 /* Park until the bits in `excl` may be clear, having set `bit`: 0, or
@@ -113,7 +118,7 @@ static int wait_for(struct lk_rw *k, uint32_t excl, uint32_t bit, int64_t dl)
                                         __ATOMIC_RELAXED))
             break;
     }
-    uint32_t need = excl | bit;
+    struct rw_need need = {excl, bit};
     HK_TSAN_ENTER();
     int r = fern__lot_park(k, still_excluded, &need, "pthread_rwlock (fern-hook)", dl);
     HK_TSAN_LEAVE();
