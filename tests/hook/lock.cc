@@ -204,8 +204,21 @@ TEST(HookCond, PlainProducerGreenConsumersTickerOnTime) {
     static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
     static pthread_cond_t c = PTHREAD_COND_INITIALIZER;
     long queued = 0, taken = 0;
-    const int kN = 200, kEach = 5;
+    const int kN = 400, kEach = 1; // one item a millisecond: 0.4 s
     int64_t late;
+    std::atomic<int64_t> plain_late{0};
+    std::atomic<bool> stop{false};
+    uint64_t spares0 = spares_started();
+    // A plain thread's 1 ms ticker beside it: the machine's own lateness.
+    std::thread ptick([&] {
+        while (!stop) {
+            int64_t due = fern_now_ns() + 1000000;
+            struct timespec ts = {(time_t)(due / 1000000000), (long)(due % 1000000000)};
+            clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr);
+            int64_t l = fern_now_ns() - due;
+            if (l > plain_late) plain_late = l;
+        }
+    });
     {
         Ticker tick(w);
         std::thread prod([&] {
@@ -214,7 +227,7 @@ TEST(HookCond, PlainProducerGreenConsumersTickerOnTime) {
                 queued++;
                 pthread_cond_signal(&c);
                 pthread_mutex_unlock(&m);
-                if (i % 10 == 0) usleep(100);
+                usleep(1000);
             }
         });
         std::vector<fern_thread *> ts;
@@ -232,8 +245,16 @@ TEST(HookCond, PlainProducerGreenConsumersTickerOnTime) {
         prod.join();
         late = tick.late_ns.load();
     }
+    stop = true;
+    ptick.join();
     EXPECT_EQ(taken, kN * kEach);
     EXPECT_LT(late, kLateLimit);
+    EXPECT_LT(late, plain_late + ms(kTsan ? 100 : 30))
+        << "green ticker " << late / 1000 << " us late, plain " << plain_late / 1000 << " us";
+    // Before the lock families were hooked, each consumer blocked the worker
+    // in the kernel (the ticker was 115-170 ms late) and the monitor
+    // started spares to run the rest.
+    EXPECT_EQ(spares_started() - spares0, 0u) << "a green consumer blocked its worker";
 }
 
 // Green producer, plain consumers (blocked in the kernel on the condvar):

@@ -47,6 +47,16 @@ struct Exclusive {
     void leave() { inside.fetch_sub(1); }
 };
 
+// Compensation workers started so far: a green thread that blocked its
+// worker in the kernel makes the monitor start one (a worker merely short
+// of CPU does not count as stuck), so a test whose threads only park sees
+// none started.
+inline uint64_t spares_started() {
+    struct fern_stats s;
+    fern_stats(&s);
+    return s.spares_started;
+}
+
 // The worker counts the tests run on (1 and 2).
 class OnWorkers : public ::testing::TestWithParam<int> {};
 
