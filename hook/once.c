@@ -16,6 +16,8 @@
  */
 #include "lock.h"
 
+#include "arch/arch.h"
+
 #include <linux/futex.h>
 #include <threads.h>
 
@@ -34,7 +36,7 @@ int pthread_once(pthread_once_t *o, void (*fn)(void))
     lk_ready();
     if (lk_plain()) {
         int r = lk_real.once(o, fn);
-        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        full_fence();
         if (__atomic_load_n(&fern__lot_nwait, __ATOMIC_RELAXED))
             fern__lot_unpark(o, INT32_MAX);
         return r;

@@ -68,7 +68,7 @@ int lot_park(const void *addr, int (*valid)(const void *, void *), void *arg, co
     waiter_init(&wt);
     wt.data = (void *)addr;
     __atomic_fetch_add(&lot_nwait, 1, __ATOMIC_SEQ_CST);
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    full_fence();
     spin_lock(&b->lock);
     int ret;
     if (!valid(addr, arg)) {
@@ -99,7 +99,7 @@ int lot_park(const void *addr, int (*valid)(const void *, void *), void *arg, co
 
 int lot_unpark(const void *addr, int n)
 {
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    full_fence();
     if (!__atomic_load_n(&lot_nwait, __ATOMIC_RELAXED))
         return 0;
     struct lot_bucket *b = bucket_of(addr);
