@@ -51,7 +51,7 @@ static inline struct lk_cond *cv(pthread_cond_t *c) { return (struct lk_cond *)c
 static inline int theirs(pthread_cond_t *c)
 {
     lk_ready();
-    return !lk_own || (__atomic_load_n(&cv(c)->flags, __ATOMIC_RELAXED) & CF_SHARED);
+    return !lk_own_cond || (__atomic_load_n(&cv(c)->flags, __ATOMIC_RELAXED) & CF_SHARED);
 }
 
 int pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a)
@@ -63,7 +63,7 @@ int pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a)
         pthread_condattr_getpshared(a, &shared);
         pthread_condattr_getclock(a, &clk);
     }
-    if (!lk_own || shared == PTHREAD_PROCESS_SHARED)
+    if (!lk_own_cond || shared == PTHREAD_PROCESS_SHARED)
         return lk_real.cond_init(c, a);
     memset(c, 0, sizeof *c);
     cv(c)->flags = clk == CLOCK_MONOTONIC ? CF_MONO : 0;

@@ -59,6 +59,8 @@ static int stub_mutex_trylock(pthread_mutex_t *m)
     return lk_real.mutex_trylock(m);
 }
 
+int lk_own_cond;
+
 struct lk_real lk_real = {.mutex_lock = stub_mutex_lock,
                           .mutex_unlock = stub_mutex_unlock,
                           .mutex_trylock = stub_mutex_trylock};
@@ -85,6 +87,11 @@ void lk_resolve(void)
         return;
     const char *v = getenv("FERN_HOOK");
     lk_own = !(v && strcmp(v, "0") == 0);
+    Dl_info front;
+    void *sig = dlsym(RTLD_DEFAULT, "pthread_cond_signal");
+    lk_own_cond = lk_own && (sig == (void *)pthread_cond_signal ||
+                             (dladdr(sig, &front) && front.dli_fname &&
+                              strstr(front.dli_fname, "fern-hook")));
     struct lk_real r;
 #define R(f, n) r.f = must(n)
     R(mutex_lock, "pthread_mutex_lock");

@@ -89,6 +89,13 @@ struct lk_real {
 };
 extern struct lk_real lk_real HK_HIDDEN;
 extern int lk_own HK_HIDDEN; /* 1: private conds, rwlocks, sems, barriers are ours */
+/* 1: private condition variables are ours too. Not when another library
+ * in front of fern-hook defines pthread_cond_signal (ThreadSanitizer's and
+ * AddressSanitizer's runtimes do): such interceptors find glibc's
+ * functions by their GLIBC_2.3.2 version, which fern-hook's unversioned
+ * definitions do not carry, so part of their calls would reach glibc's
+ * code with fern-hook's words. Condition variables then stay glibc's. */
+extern int lk_own_cond HK_HIDDEN;
 /* Find glibc's functions and read FERN_HOOK (idempotent; the constructor
  * and any call before it). */
 void lk_resolve(void) HK_HIDDEN;

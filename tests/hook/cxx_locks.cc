@@ -25,6 +25,7 @@ class Cxx : public OnWorkers {};
 // A work queue on std::mutex + std::condition_variable, green producer and
 // consumers, the lock held across hooked sleeps.
 TEST_P(Cxx, MutexAndConditionVariable) {
+    SKIP_UNLESS_CONDS_PARK();
     Workers w(GetParam());
     std::mutex m;
     std::condition_variable cv;
@@ -60,6 +61,7 @@ TEST_P(Cxx, MutexAndConditionVariable) {
 // wait_for (pthread_cond_clockwait on the steady clock) times out on time
 // and is woken by notify_all.
 TEST_P(Cxx, ConditionVariableWaitForAndNotifyAll) {
+    SKIP_UNLESS_CONDS_PARK();
     Workers w(GetParam());
     std::mutex m;
     std::condition_variable cv;
