@@ -87,11 +87,13 @@ void lk_resolve(void)
         return;
     const char *v = getenv("FERN_HOOK");
     lk_own = !(v && strcmp(v, "0") == 0);
-    Dl_info front;
+    /* Whose pthread_cond_signal comes first: the object that holds this
+     * library's own data, or another (an address comparison would not do:
+     * our own function's address may itself resolve to the first one). */
+    Dl_info front, self;
     void *sig = dlsym(RTLD_DEFAULT, "pthread_cond_signal");
-    lk_own_cond = lk_own && (sig == (void *)pthread_cond_signal ||
-                             (dladdr(sig, &front) && front.dli_fname &&
-                              strstr(front.dli_fname, "fern-hook")));
+    lk_own_cond = lk_own && sig && dladdr(sig, &front) && dladdr(&lk_own_cond, &self) &&
+                  front.dli_fbase == self.dli_fbase;
     struct lk_real r;
 #define R(f, n) r.f = must(n)
     R(mutex_lock, "pthread_mutex_lock");
