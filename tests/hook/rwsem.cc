@@ -283,7 +283,9 @@ TEST_P(Family, OnceRoutineThatParks) {
     // program only went on because the monitor started spares.
     // (ThreadSanitizer's runtime implements pthread_once itself, in front of
     // fern-hook: there the waiters block their workers.)
-    if (!kTsan) EXPECT_EQ(spares_started() - spares0, 0u) << "a waiter blocked its worker";
+    if (!kTsan) {
+        EXPECT_EQ(spares_started() - spares0, 0u) << "a waiter blocked its worker";
+    }
     static once_flag flags[3] = {ONCE_FLAG_INIT, ONCE_FLAG_INIT, ONCE_FLAG_INIT};
     once_flag &f = flags[GetParam()];
     static std::atomic<int> c11{0};
