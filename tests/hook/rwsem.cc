@@ -182,9 +182,11 @@ TEST_P(Family, SemMixedProducersConsumers) {
 TEST(HookSem, TrywaitTimedwaitClockwaitErrors) {
     Workers w(1);
     sem_t s;
-    ASSERT_EQ(sem_init(&s, 0, 1), 0);
-    EXPECT_EQ(sem_init(&s, 0, (unsigned)SEM_VALUE_MAX + 1u), -1);
+    // (On its own object: the sanitizers' sem_init zeroes the object first.)
+    sem_t bad;
+    EXPECT_EQ(sem_init(&bad, 0, (unsigned)SEM_VALUE_MAX + 1u), -1);
     EXPECT_EQ(errno, EINVAL);
+    ASSERT_EQ(sem_init(&s, 0, 1), 0);
     w.many(1, [&](int) {
         EXPECT_EQ(sem_trywait(&s), 0);
         EXPECT_EQ(sem_trywait(&s), -1);
