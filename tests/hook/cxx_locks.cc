@@ -104,6 +104,10 @@ TEST_P(Cxx, RecursiveAndTimedMutex) {
             usleep(100);
             ex.leave();
         }
+        // (ThreadSanitizer has no pthread_mutex_clocklock interceptor, which
+        // try_lock_for calls: it would report the unlock of a lock it never
+        // saw taken.)
+        if (kTsan) return;
         if (tm.try_lock_for(100s)) {
             usleep(50);
             tm.unlock();
@@ -113,6 +117,7 @@ TEST_P(Cxx, RecursiveAndTimedMutex) {
     });
     EXPECT_EQ(ex.violations.load(), 0);
     EXPECT_EQ(timeouts.load(), 0);
+    if (kTsan) return;
     w.many(1, [&](int) {
         tm.lock();
         w.many(1, [&](int) { EXPECT_FALSE(tm.try_lock_for(5ms)); });
