@@ -4,12 +4,15 @@
  *
  * A private barrier is fern-hook's own, for green and plain threads alike.
  * Its words, in glibc's 32 bytes:
- *   word   (offset 0, 64 bits) the round in its high half, the threads
- *                     arrived in this round in its low half
- *   count  (offset 8)  threads per round
+ *   count  (offset 4)  threads per round
  *   shared (offset 12, where glibc's init puts it) nonzero: process-shared,
  *                     glibc's object, for everyone
- *   inside (offset 16) threads inside pthread_barrier_wait
+ *   word   (offset 16, 64 bits) the round in its high half, the threads
+ *                     arrived in this round in its low half
+ *   inside (offset 24) threads inside pthread_barrier_wait
+ * Offset 0 is written only by init: ThreadSanitizer's interceptor reads the
+ * object's first byte as the barrier's own memory, and must not see it race
+ * with the waits' atomics.
  * The last thread of a round starts the next one (round + 1, nobody
  * arrived) and wakes the others, which park in the lot while the round is
  * theirs; it returns PTHREAD_BARRIER_SERIAL_THREAD. Destroy answers EBUSY
@@ -18,13 +21,18 @@
  */
 #include "lock.h"
 
+#include <stddef.h>
+
 struct lk_bar {
-    uint64_t word;
+    uint32_t pad0;
     uint32_t count;
+    uint32_t pad1;
     int32_t shared;
+    uint64_t word;
     uint32_t inside;
-    uint32_t pad[3];
+    uint32_t pad2;
 };
+_Static_assert(offsetof(struct lk_bar, shared) == 12, "glibc's shared");
 _Static_assert(sizeof(struct lk_bar) == sizeof(pthread_barrier_t), "pthread_barrier_t's size");
 
 static inline struct lk_bar *br(pthread_barrier_t *b) { return (struct lk_bar *)b; }
@@ -47,6 +55,9 @@ int pthread_barrier_init(pthread_barrier_t *restrict b, const pthread_barrieratt
     if (count == 0 || count > INT32_MAX)
         return EINVAL;
     struct lk_bar *k = br(b);
+    k->pad0 = 0;
+    k->pad1 = 0;
+    k->pad2 = 0;
     k->word = 0;
     k->count = count;
     k->shared = 0;

@@ -50,6 +50,23 @@ static struct lot_bucket LOT[LOT_BUCKETS];
 __attribute__((visibility("default"))) uint32_t fern__lot_nwait;
 #define lot_nwait fern__lot_nwait
 
+/* The bucket lock, with its hand-over announced to ThreadSanitizer too
+ * (TSAN_RELEASE, wait.h: a wait may come through one of TSan's blocking
+ * interceptors, where it ignores atomics). */
+static inline void lot_lock(struct lot_bucket *b)
+{
+    spin_lock(&b->lock);
+    TSAN_ACQUIRE(&b->lock);
+}
+static inline void lot_unlock(struct lot_bucket *b)
+{
+    TSAN_RELEASE(&b->lock);
+    spin_unlock(&b->lock);
+}
+#ifdef FERN_TSAN
+static void lot_unlock_fn(void *b) { lot_unlock(b); }
+#endif
+
 static struct lot_bucket *bucket_of(const void *addr)
 {
     uintptr_t a = (uintptr_t)addr;
@@ -69,25 +86,29 @@ int lot_park(const void *addr, int (*valid)(const void *, void *), void *arg, co
     wt.data = (void *)addr;
     __atomic_fetch_add(&lot_nwait, 1, __ATOMIC_SEQ_CST);
     full_fence();
-    spin_lock(&b->lock);
+    lot_lock(b);
     int ret;
     if (!valid(addr, arg)) {
-        spin_unlock(&b->lock);
+        lot_unlock(b);
         ret = LOT_INVALID;
     } else if (deadline != FERN_FOREVER && fern_now_ns() >= deadline) {
-        spin_unlock(&b->lock);
+        lot_unlock(b);
         ret = LOT_TIMEDOUT;
     } else {
         waitq_push(&b->q, &wt);
         wait_note(what, addr);
+#ifdef FERN_TSAN
+        int st = parker_wait(wt.p, lot_unlock_fn, b, deadline);
+#else
         int st = waiter_wait(&wt, &b->lock, deadline);
+#endif
         wait_note(NULL, NULL);
         if (st == W_TIMEDOUT) {
             /* Still linked: only its own thread unlinks a waiter it was
              * not woken from (the destroy rule, wait.c). */
-            spin_lock(&b->lock);
+            lot_lock(b);
             waitq_unlink(&wt);
-            spin_unlock(&b->lock);
+            lot_unlock(b);
             ret = LOT_TIMEDOUT;
         } else {
             ret = LOT_WOKEN;
@@ -105,7 +126,7 @@ int lot_unpark(const void *addr, int n)
     struct lot_bucket *b = bucket_of(addr);
     struct waiter *chain = NULL, **tail = &chain;
     int k = 0;
-    spin_lock(&b->lock);
+    lot_lock(b);
     for (struct waiter *wt = b->q.head, *next; wt && k < n; wt = next) {
         next = wt->next;
         if (wt->data != addr || !waiter_claim(wt))
@@ -115,7 +136,7 @@ int lot_unpark(const void *addr, int n)
         tail = &wt->next;
         k++;
     }
-    spin_unlock(&b->lock);
+    lot_unlock(b);
     /* Released after the unlock: a woken party may free the object (and
      * its own waiter, on its stack) at once. */
     waiters_release(chain, 0);
@@ -126,9 +147,9 @@ int lot_queued(const void *addr)
 {
     struct lot_bucket *b = bucket_of(addr);
     int k = 0;
-    spin_lock(&b->lock);
+    lot_lock(b);
     for (struct waiter *wt = b->q.head; wt; wt = wt->next)
         k += wt->data == addr;
-    spin_unlock(&b->lock);
+    lot_unlock(b);
     return k;
 }

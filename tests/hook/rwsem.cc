@@ -141,11 +141,6 @@ TEST(HookRwlock, ErrorsAndTimedForms) {
 // units counted exactly; a plain consumer blocked in the kernel path is
 // woken by a green post.
 TEST_P(Family, SemMixedProducersConsumers) {
-    // Not yet clean under ThreadSanitizer: with these calls entering
-    // fern-hook through TSan's own sem_* / pthread_barrier_* interceptors,
-    // TSan reports races inside the parking lot's queue (taken under its
-    // spin lock) and on the barrier's word; unresolved (docs/hooks.md).
-    if (kTsan) GTEST_SKIP() << "ThreadSanitizer reports not yet resolved (docs/hooks.md)";
     Workers w(GetParam());
     sem_t s;
     ASSERT_EQ(sem_init(&s, 0, 0), 0);
@@ -229,11 +224,6 @@ TEST(HookSem, TrywaitTimedwaitClockwaitErrors) {
 // A barrier of green and plain threads, over several rounds, with one
 // serial thread per round.
 TEST_P(Family, BarrierGreenAndPlain) {
-    // Not yet clean under ThreadSanitizer: with these calls entering
-    // fern-hook through TSan's own sem_* / pthread_barrier_* interceptors,
-    // TSan reports races inside the parking lot's queue (taken under its
-    // spin lock) and on the barrier's word; unresolved (docs/hooks.md).
-    if (kTsan) GTEST_SKIP() << "ThreadSanitizer reports not yet resolved (docs/hooks.md)";
     Workers w(GetParam());
     const int kGreen = 20, kPlain = 2, kRounds = 10;
     pthread_barrier_t b;
@@ -276,7 +266,7 @@ TEST_P(Family, OnceRoutineThatParks) {
     std::atomic<long> bad{0};
     uint64_t spares0 = spares_started();
     std::thread plain([&] {
-        usleep(2000);
+        while (!runs.load()) usleep(1000); // the green routine has begun
         pthread_once(&o, [] {});
         if (!ready.load()) bad++;
     });
