@@ -11,6 +11,7 @@
  * (names.c) resolve libc's versions once, here, outside any malloc path.
  */
 #include "hook.h"
+#include "lock.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -50,6 +51,7 @@ __attribute__((constructor)) static void hk_start(void)
         }
     }
     hk_names_resolve();
+    lk_resolve();
     pthread_atfork(NULL, NULL, hk_child);
     __atomic_store_n(&hk_on, on, __ATOMIC_RELAXED);
 }

@@ -9,6 +9,10 @@ raw system call; --file-only runs just this one). The file is written in
 the temporary directory (2 GiB of disk: checked first) and deleted at the
 end; dropping the cache needs root (/proc/sys/vm/drop_caches), else the
 file's own pages are dropped with posix_fadvise.
+hook-lock (pthread locking code on 200 green threads vs 200 pthreads:
+condvar, mutex across a hooked call, rwlock + semaphore, plain producer,
+SQLite 100 x 50, and a plain thread's uncontended mutex with and without
+fern-hook; bench/hooks/hook_lock.c).
 
 Starts its own redis-server and PostgreSQL on free 127.0.0.1 ports in temp
 directories (PostgreSQL as the `postgres` user when run as root) and stops
@@ -16,7 +20,7 @@ them at the end. Runs are interleaved so a noisy machine hurts every side
 alike; writes results/hooks.json and results/hooks.md with the load average
 seen, so a shared machine is visible in the figures.
 
-usage: python3 bench/hooks/hooks.py [--build-dir build/rel] [--runs 5]
+usage: python3 bench/hooks/hooks.py [--build-dir build/rel] [--runs 5] [--only-locks]
 """
 import argparse, json, os, pwd, re, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
 
@@ -121,6 +125,7 @@ def main():
     ap.add_argument("--build-dir", default="build/release")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--redis-seconds", type=float, default=3)
+    ap.add_argument("--only-locks", action="store_true", help="only the hook-lock benchmarks (no servers)")
     ap.add_argument("--render", action="store_true", help="only rewrite results/hooks.md from results/hooks.json")
     ap.add_argument("--file-only", action="store_true", help="run only hook-file (results/hooks-file.*)")
     ap.add_argument("--file-mib", type=int, default=2048)
@@ -142,13 +147,19 @@ def main():
         return
     res = {"runs": a.runs, "cpus": os.cpu_count(), "load": [], "sleep": [], "pg": [], "redis_green": [],
            "redis_pthread": [], "redis_benchmark": [], "plain_hooked": [], "plain_nohook": []}
+    res["locks"] = []
     redis = pg = None
     try:
-        redis, rport = start_redis(tmp)
-        pg, conninfo = start_pg(tmp)
-        res["file"] = file_bench(b, tmp, a)
+        if not a.only_locks:
+            redis, rport = start_redis(tmp)
+            pg, conninfo = start_pg(tmp)
+            res["file"] = file_bench(b, tmp, a)
         for r in range(a.runs):
             res["load"].append(loadavg())
+            res["locks"].append(lock_run(b))
+            if a.only_locks:
+                print("run %d/%d done (load %.1f)" % (r + 1, a.runs, res["load"][-1]), flush=True)
+                continue
             res["sleep"].append(run_json([b + "/hook_sleep"]))
             res["pg"].append(run_json([b + "/hook_pg", conninfo]))
             res["redis_green"].append(run_json([b + "/hook_redis", "green", str(rport), str(a.redis_seconds)]))
@@ -165,6 +176,20 @@ def main():
             pg.stop(signal.SIGINT)
         shutil.rmtree(tmp, ignore_errors=True)
     if shutil.which("valgrind"):
+        # The plain-thread mutex in instructions, which a loaded machine
+        # cannot blur: 4 rounds minus 2 rounds of 100 k pairs, per pair.
+        cg = {}
+        for name in ("hook_lock", "hook_lock_nohook"):
+            n = []
+            for rounds in ("2", "4"):
+                out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+                                      b + "/" + name, "plainmutex", "pthread", rounds],
+                                     capture_output=True, text=True).stderr
+                m = re.search(r"Collected : (\d+)", out)
+                n.append(int(m.group(1)) if m else None)
+            cg[name] = (n[1] - n[0]) / 200000.0 if None not in n else None
+        res["lock_callgrind"] = cg
+    if shutil.which("valgrind") and not a.only_locks:
         res["callgrind"] = {}
         for name in ("hook_plain", "hook_plain_nohook"):
             out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
@@ -241,14 +266,78 @@ def write_file(res):
     print("\n".join(lines))
 
 
+LOCK_SCENARIOS = {  # ideal wall time, s (bench/hooks/hook_lock.c)
+    "cond": 0.020, "mutex": 0.100, "rwsem": 0.029, "plainprod": 0.020,
+}
+
+
+def lock_run(b):
+    """One interleaved round of hook-lock: each scenario green on 1 and 2
+    workers and on pthreads (the binary without fern-hook), SQLite, and the
+    plain-thread mutex with and without fern-hook."""
+    out = {}
+    for sc in LOCK_SCENARIOS:
+        out[sc + "_green1"] = run_json([b + "/hook_lock", sc, "green", "1"])
+        out[sc + "_green2"] = run_json([b + "/hook_lock", sc, "green", "2"])
+        out[sc + "_pthread"] = run_json([b + "/hook_lock_nohook", sc, "pthread", "2"])
+    out["sqlite_green"] = run_json([b + "/hook_lock", "sqlite", "green", "100"])
+    out["sqlite_pthread"] = run_json([b + "/hook_lock_nohook", "sqlite", "pthread", "100"])
+    out["plainmutex_hooked"] = run_json([b + "/hook_lock", "plainmutex", "pthread", "0"])
+    out["plainmutex_nohook"] = run_json([b + "/hook_lock_nohook", "plainmutex", "pthread", "0"])
+    return out
+
+
+def lock_lines(runs, cg=None):
+    if not runs:
+        return []
+    lines = []
+    for sc, ideal in LOCK_SCENARIOS.items():
+        for w in ("1", "2"):
+            xs = [r[sc + "_green" + w] for r in runs]
+            lines.append("| hook-lock %s: 200 green threads, %s worker(s) | wall %.3f s median (max %.3f; ideal %.3f: %.2fx), ticker late %.1f ms median (max %.1f), violations %d, errors %d | <= 1.5x ideal, late <= 5 ms, 0 violations |"
+                         % (sc, w, med([x["wall_s"] for x in xs]), max(x["wall_s"] for x in xs), ideal,
+                            max(x["wall_s"] for x in xs) / ideal, med([x["ticker_late_max_ms"] for x in xs]),
+                            max(x["ticker_late_max_ms"] for x in xs), sum(x["violations"] for x in xs),
+                            sum(x["errors"] for x in xs)))
+        xs = [r[sc + "_pthread"] for r in runs]
+        lines.append("| hook-lock %s: same code on 200 pthreads (no fern-hook) | wall %.3f s median (max %.3f), violations %d | |"
+                     % (sc, med([x["wall_s"] for x in xs]), max(x["wall_s"] for x in xs), sum(x["violations"] for x in xs)))
+    g = [r["sqlite_green"] for r in runs]
+    p = [r["sqlite_pthread"] for r in runs]
+    ratios = [(5000 / x["wall_s"]) / (5000 / y["wall_s"]) for x, y in zip(g, p)]
+    lines.append("| hook-lock sqlite: 100 green threads x 50 transactions, 2 workers (WAL, busy timeout) | %.0f tx/s median, rows %s, errors %d, ticker late %.1f ms median (max %.1f) | every row, 0 errors, late <= 10 ms |"
+                 % (med([x["rows"] / x["wall_s"] for x in g]), "/".join(str(x["rows"]) for x in g), sum(x["errors"] for x in g),
+                    med([x["ticker_late_max_ms"] for x in g]), max(x["ticker_late_max_ms"] for x in g)))
+    lines.append("| hook-lock sqlite: 100 pthreads, same program | %.0f tx/s median; green/pthread per run: %s | >= 0.9x in every run |"
+                 % (med([x["rows"] / x["wall_s"] for x in p]), ", ".join("%.2f" % x for x in ratios)))
+    h = [r["plainmutex_hooked"]["ns_per_pair"] for r in runs]
+    n = [r["plainmutex_nohook"]["ns_per_pair"] for r in runs]
+    lines.append("| hook-lock plainmutex: a plain thread's uncontended lock + unlock, with / without fern-hook (fastest of 20 x 1 M each run) | %.2f / %.2f ns median (%+.2f ns) | <= +2 ns |"
+                 % (med(h), med(n), med(h) - med(n)))
+    if cg and cg.get("hook_lock") and cg.get("hook_lock_nohook"):
+        lines.append("| hook-lock plainmutex under callgrind (user-space instructions per lock + unlock pair) | %.1f with, %.1f without (%+.1f) | |"
+                     % (cg["hook_lock"], cg["hook_lock_nohook"], cg["hook_lock"] - cg["hook_lock_nohook"]))
+    return lines
+
+
 def med(xs):
     return statistics.median(xs)
 
 
 def write(res):
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    with open(os.path.join(HERE, "results", "hooks.json"), "w") as f:
+    name = "hooks.json" if res["sleep"] else "hooks-locks.json"  # --only-locks keeps hooks.json
+    with open(os.path.join(HERE, "results", name), "w") as f:
         json.dump(res, f, indent=1)
+    if not res["sleep"]:  # --only-locks
+        lines = ["# fern-hook benchmarks (bench/hooks/hooks.py --only-locks)", "",
+                 "Median of %d interleaved runs on %d CPUs. Load average during the runs: %s." %
+                 (res["runs"], res["cpus"], ", ".join("%.1f" % x for x in res["load"])), "",
+                 "| benchmark | figure | target |", "|---|---|---|"] + lock_lines(res.get("locks", []), res.get("lock_callgrind"))
+        with open(os.path.join(HERE, "results", "hooks-locks.md"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+        print("\n".join(lines))
+        return
     s, p = res["sleep"], res["pg"]
     rg = med([x["ops_per_s"] for x in res["redis_green"]])
     rp = med([x["ops_per_s"] for x in res["redis_pthread"]])
@@ -288,6 +377,7 @@ def write(res):
     ]
     if res.get("file"):
         lines += file_lines(res["file"])
+    lines += lock_lines(res.get("locks", []), res.get("lock_callgrind"))
     if cg.get("hook_plain") and cg.get("hook_plain_nohook"):
         lines.append("| hook-plain under callgrind, 100k round trips (user-space instructions) | %d with, %d without (%+.1f%%) | |"
                      % (cg["hook_plain"], cg["hook_plain_nohook"], 100.0 * (cg["hook_plain"] / cg["hook_plain_nohook"] - 1)))

@@ -80,6 +80,40 @@ FERN__API int fern__io_park(const struct fern__pollent *pe, int n, int64_t deadl
 FERN__API long fern__file_call(long nr, const long a[6]);
 FERN__API void fern__file_nowait_hit(void);
 
+/* ---- the lock families (hook/lock.h) ---- */
+
+/* The calling kernel thread's worker, NULL on a plain thread: the one TLS
+ * read that keeps a plain thread's pthread_mutex_lock within a branch of
+ * libc's (an alias of sched/worker.c's fern_tls_worker_; initial-exec). A
+ * worker may be running its own context rather than a green thread, so a
+ * non-NULL value is followed by fern__hook_green(). */
+FERN__API extern __thread void *fern__tls_worker __attribute__((tls_model("initial-exec")));
+
+/* The parking lot (src/sync/lot.c has the protocol): park the caller, a
+ * green or a plain thread, on addr if valid(addr, arg), run under the
+ * lot's lock, says so, until fern__lot_unpark(addr) or the deadline
+ * (absolute, fern_now_ns based; FERN_FOREVER). Returns FERN__LOT_WOKEN,
+ * FERN__LOT_TIMEDOUT, or FERN__LOT_INVALID (valid said no; no wait).
+ * `what` names the object for fern_dump. fern__lot_unpark wakes up to n
+ * parties parked on addr, returns how many; call it after changing the
+ * word the parties validate. fern__lot_nwait: parties inside
+ * fern__lot_park (a waker that changed its word, then after a full fence
+ * reads 0 here, has nobody to wake). fern__lot_queued: parties parked on
+ * addr (tests). */
+#define FERN__LOT_TIMEDOUT 0
+#define FERN__LOT_WOKEN 1
+#define FERN__LOT_INVALID 2
+FERN__API int fern__lot_park(const void *addr, int (*valid)(const void *, void *), void *arg,
+                             const char *what, int64_t deadline);
+FERN__API int fern__lot_unpark(const void *addr, int n);
+FERN__API int fern__lot_queued(const void *addr);
+FERN__API extern uint32_t fern__lot_nwait;
+
+/* The calling green thread's owner id for the pthread objects of
+ * hook/lock.h: never 0, never a kernel thread id (those are below 2^22),
+ * the same for the thread's whole life. 0 on a plain thread. */
+FERN__API int fern__lock_owner_id(void);
+
 /* Under ThreadSanitizer (a libfern built with it), bracket the part of a
  * hooked call that may park: the green thread runs it on a second TSan fiber
  * (thread/thread.c says why). Nesting is counted. No-ops otherwise and on plain

@@ -150,3 +150,23 @@ int fern__io_park(const struct fern__pollent *pe, int n, int64_t deadline)
         free(wts);
     return ret;
 }
+
+/* ---- the parking lot, for fern-hook's lock families (sync/lot.c) ---- */
+
+int fern__lot_park(const void *addr, int (*valid)(const void *, void *), void *arg,
+                   const char *what, int64_t deadline)
+{
+    return lot_park(addr, valid, arg, what, deadline);
+}
+
+int fern__lot_unpark(const void *addr, int n) { return lot_unpark(addr, n); }
+
+int fern__lot_queued(const void *addr) { return lot_queued(addr); }
+
+int fern__lock_owner_id(void)
+{
+    fern_thread *t = thread_current();
+    /* 2^28 and up: above any kernel thread id (pid_max is at most 2^22)
+     * and below glibc's robust-mutex flag bits (2^30, 2^31). */
+    return t ? (int)(0x10000000u | (uint32_t)(t->id & 0x0fffffffu)) : 0;
+}

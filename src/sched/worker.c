@@ -22,6 +22,9 @@
 /* The worker running the calling kernel thread; read by worker_self() in
  * worker.h, which explains why it is read through an asm statement. */
 __thread struct worker *fern_tls_worker_ __attribute__((tls_model("initial-exec"), used));
+/* The same slot under the name fern-hook reads (io/hookapi.h). */
+extern __thread struct worker *fern__tls_worker
+    __attribute__((alias("fern_tls_worker_"), visibility("default")));
 
 static void *worker_main(void *arg)
 {

@@ -11,6 +11,7 @@
  *   wg.c       fern_wg
  *   once.c     fern_call_once
  *   chan.c     fern_chan and fern_select
+ *   lot.c      the parking lot: wait queues keyed by an address (fern-hook)
  */
 #ifndef FERN_SYNC_H
 #define FERN_SYNC_H
@@ -32,6 +33,21 @@ int fern_cond_wait_body(fern_cond *c, fern_mutex *m);
  * blocked on it or *count is not 0, a wait while threads are only leaving q
  * (the destroy rule, wait.c), 0 once it is idle. */
 int queue_destroy(uint32_t *lock, const fern_waitq *q, const int64_t *count);
+
+/* The parking lot (lot.c has the protocol). lot_park queues the caller on
+ * addr if valid(addr, arg), run under the bucket's lock, says so, and parks
+ * or blocks until lot_unpark or the deadline (fern_now_ns based,
+ * FERN_FOREVER): LOT_WOKEN, LOT_TIMEDOUT, or LOT_INVALID (valid said no: it
+ * did not wait). lot_unpark wakes up to n parties queued on addr and
+ * returns how many; the caller changed the object's word before calling.
+ * lot_queued counts them (tests and diagnostics). fern__lot_nwait: parties
+ * inside lot_park (exported for fern-hook, io/hookapi.h). */
+enum { LOT_TIMEDOUT = 0, LOT_WOKEN = 1, LOT_INVALID = 2 };
+int lot_park(const void *addr, int (*valid)(const void *, void *), void *arg, const char *what,
+             int64_t deadline);
+int lot_unpark(const void *addr, int n);
+int lot_queued(const void *addr);
+extern uint32_t fern__lot_nwait;
 
 /* ---- what sync/ needs from the layers above ---- */
 /* Under ThreadSanitizer the handler cannot redirect the thread (it gets a

@@ -189,8 +189,10 @@ static __attribute__((noinline)) int park_plain(struct parker *p, void (*unlock)
         unlock(arg);
     for (;;) {
         uint32_t st = LOAD(&p->state);
-        if (st == W_WOKEN || st == W_TIMEDOUT)
+        if (st == W_WOKEN || st == W_TIMEDOUT) {
+            TSAN_ACQUIRE(&p->state);
             return (int)st;
+        }
         if (st == W_CLAIMED) {
             sched_yield(); /* the waker is filling in the result */
             continue;

@@ -172,12 +172,26 @@ static inline bool waiter_claim(struct waiter *wt)
 void waiter_release(struct waiter *wt, int result);
 /* waiter_release's body, inlined where a wake-up is on the fast path;
  * `tail` as in waiter_wake_tail. */
+/* Under ThreadSanitizer, a wait that reaches fern through one of TSan's
+ * blocking interceptors (sem_wait, for fern-hook) runs with TSan ignoring
+ * atomic operations, so the hand-overs that atomics make (a parker's state,
+ * a wait queue's spin lock) are also announced explicitly. */
+#ifdef FERN_TSAN
+#include <sanitizer/tsan_interface.h>
+#define TSAN_RELEASE(a) __tsan_release((void *)(a))
+#define TSAN_ACQUIRE(a) __tsan_acquire((void *)(a))
+#else
+#define TSAN_RELEASE(a) ((void)0)
+#define TSAN_ACQUIRE(a) ((void)0)
+#endif
+
 static inline __attribute__((always_inline)) void waiter_release_inline(struct waiter *wt, int result,
                                                                        bool tail)
 {
     struct parker *p = wt->p;
     fern_thread *t = p->thread;
     p->result = result;
+    TSAN_RELEASE(&p->state);
     STORE(&p->state, W_WOKEN);
     if (!t)
         futex_wake(&p->state, 1); /* p may be gone already: futex_wake on a stale address is harmless */

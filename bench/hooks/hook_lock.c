@@ -1,0 +1,248 @@
+/* SPDX-License-Identifier: MIT */
+/* hook-lock: unmodified pthread locking code on green threads with
+ * fern-hook, beside the same code on pthreads (issue 32's targets,
+ * bench/hooks/hooks.py runs it). One scenario per run:
+ *
+ *   hook_lock SCENARIO MODE WORKERS
+ *     MODE green: 200 green threads on WORKERS workers, a 1 ms green ticker
+ *     MODE pthread: 200 pthreads (run from hook_lock_nohook: no fern-hook)
+ *   cond       a pthread_cond work queue fed by one producer thread of the
+ *              same kind: each of 200 threads takes 20 items, sleeping 1 ms
+ *              (usleep) after each; ideal 20 ms
+ *   mutex      each of 200 threads holds one pthread mutex across a
+ *              usleep(500); ideal 200 x 0.5 ms = 100 ms
+ *   rwsem      a sem_t of 20 units gates 200 threads; every 10th takes a
+ *              pthread_rwlock for writing, the rest for reading, each held
+ *              across a usleep(1000); ideal 20 x 1 + 180 x 1 / 20 = 29 ms
+ *   plainprod  as cond, but the producer is a plain pthread in both modes
+ *   sqlite     N threads x 50 transactions (BEGIN IMMEDIATE, one INSERT,
+ *              COMMIT) on one SQLite database, WAL, busy timeout 60 s, each
+ *              thread its own connection (WORKERS = threads in this mode:
+ *              hook_lock sqlite green|pthread 100)
+ *   plainmutex an uncontended pthread_mutex_lock + unlock on a plain
+ *              thread: ns per pair, the fastest of 20 rounds of 1 M (run
+ *              from both binaries; WORKERS > 0: that many rounds of
+ *              100 k instead, for callgrind)
+ *
+ * Prints one JSON line. */
+#include <fern/fern.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "hook_ticker.h"
+
+#define N 200
+#define ITEMS 20
+
+static atomic_int stop;
+static struct hook_ticker tick = {.stop = &stop};
+static const char *scen;
+static int green;
+
+static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static pthread_rwlock_t rw = PTHREAD_RWLOCK_INITIALIZER;
+static sem_t sem;
+static long queued, taken;
+static atomic_int inside, wrinside;
+static atomic_long violations, errors;
+static char dbpath[256];
+static int sql_tx = 50;
+
+static void *producer(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < N * ITEMS; i++) {
+        pthread_mutex_lock(&m);
+        queued++;
+        pthread_cond_signal(&cv);
+        pthread_mutex_unlock(&m);
+        if (i % 200 == 199)
+            usleep(100);
+    }
+    return NULL;
+}
+
+static void *body(void *arg)
+{
+    long i = (long)arg;
+    if (!strcmp(scen, "cond") || !strcmp(scen, "plainprod")) {
+        for (int k = 0; k < ITEMS; k++) {
+            pthread_mutex_lock(&m);
+            while (queued == 0)
+                pthread_cond_wait(&cv, &m);
+            queued--;
+            taken++;
+            pthread_mutex_unlock(&m);
+            usleep(1000);
+        }
+    } else if (!strcmp(scen, "mutex")) {
+        pthread_mutex_lock(&m);
+        if (atomic_fetch_add(&inside, 1))
+            violations++;
+        usleep(500);
+        atomic_fetch_sub(&inside, 1);
+        pthread_mutex_unlock(&m);
+    } else if (!strcmp(scen, "rwsem")) {
+        if (sem_wait(&sem))
+            errors++;
+        if (i % 10 == 0) {
+            if (pthread_rwlock_wrlock(&rw))
+                errors++;
+            if (atomic_fetch_add(&wrinside, 1) || atomic_load(&inside))
+                violations++;
+            usleep(1000);
+            atomic_fetch_sub(&wrinside, 1);
+        } else {
+            if (pthread_rwlock_rdlock(&rw))
+                errors++;
+            atomic_fetch_add(&inside, 1);
+            if (atomic_load(&wrinside))
+                violations++;
+            usleep(1000);
+            atomic_fetch_sub(&inside, 1);
+        }
+        pthread_rwlock_unlock(&rw);
+        sem_post(&sem);
+    } else if (!strcmp(scen, "sqlite")) {
+        sqlite3 *db;
+        if (sqlite3_open(dbpath, &db) != SQLITE_OK) {
+            errors++;
+            return NULL;
+        }
+        sqlite3_busy_timeout(db, 60000);
+        char sql[128];
+        for (int k = 0; k < sql_tx; k++) {
+            snprintf(sql, sizeof sql, "BEGIN IMMEDIATE; INSERT INTO t VALUES(%ld,%d); COMMIT;", i, k);
+            if (sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK) {
+                errors++;
+                sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+            }
+        }
+        sqlite3_close(db);
+    }
+    return NULL;
+}
+
+/* The fastest of 20 rounds of 1 M pairs: on a shared machine the other
+ * rounds measure the machine. */
+static double plainmutex(int rounds)
+{
+    const long iters = rounds ? 100000 : 1000000;
+    pthread_mutex_t pm = PTHREAD_MUTEX_INITIALIZER;
+    double best = 1e9;
+    for (int r = 0; r < (rounds ? rounds : 21); r++) {
+        int64_t t0 = fern_now_ns();
+        for (long i = 0; i < iters; i++) {
+            pthread_mutex_lock(&pm);
+            __asm__ volatile("" ::: "memory");
+            pthread_mutex_unlock(&pm);
+        }
+        double ns = (double)(fern_now_ns() - t0) / iters;
+        if (r > 0 && ns < best) /* round 0 warms up */
+            best = ns;
+    }
+    return best;
+}
+
+static long sqlite_rows(void)
+{
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    long n = -1;
+    if (sqlite3_open(dbpath, &db) == SQLITE_OK &&
+        sqlite3_prepare_v2(db, "SELECT count(*) FROM t", -1, &st, NULL) == SQLITE_OK) {
+        if (sqlite3_step(st) == SQLITE_ROW)
+            n = sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+    }
+    sqlite3_close(db);
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 4) {
+        fprintf(stderr, "usage: hook_lock cond|mutex|rwsem|plainprod|sqlite|plainmutex green|pthread WORKERS\n");
+        return 2;
+    }
+    scen = argv[1];
+    green = !strcmp(argv[2], "green");
+    int workers = atoi(argv[3]);
+#ifdef HOOKED
+    const char *hooked = "true";
+#else
+    const char *hooked = "false";
+#endif
+    if (!strcmp(scen, "plainmutex")) {
+        printf("{\"bench\": \"hook-lock\", \"scenario\": \"plainmutex\", \"hooked\": %s, \"ns_per_pair\": %.2f}\n",
+               hooked, plainmutex(workers));
+        return 0;
+    }
+    int n = N;
+    if (!strcmp(scen, "sqlite")) {
+        n = workers;
+        workers = 2;
+        snprintf(dbpath, sizeof dbpath, "/tmp/fern-hooklock-%d.db", (int)getpid());
+        sqlite3 *db;
+        if (sqlite3_open(dbpath, &db) != SQLITE_OK ||
+            sqlite3_exec(db, "PRAGMA journal_mode=WAL; CREATE TABLE t(a INTEGER, b INTEGER);", NULL,
+                         NULL, NULL) != SQLITE_OK)
+            return 1;
+        sqlite3_close(db);
+    }
+    sem_init(&sem, 0, 20);
+    fern_thread *tk = NULL, **gt = calloc((size_t)n + 1, sizeof *gt);
+    pthread_t *pt = calloc((size_t)n + 1, sizeof *pt), prod;
+    if (green) {
+        fern_config cfg = {.workers = (unsigned)workers};
+        if (fern_init(&cfg))
+            return 1;
+        fern_spawn(&tk, NULL, hook_ticker_green, &tick);
+        usleep(5000);
+        atomic_store(&tick.late_max, 0);
+    }
+    int has_prod = !strcmp(scen, "cond") || !strcmp(scen, "plainprod");
+    int green_prod = green && !strcmp(scen, "cond");
+    int64_t t0 = fern_now_ns();
+    for (long i = 0; i < n; i++) {
+        if (green ? fern_spawn(&gt[i], NULL, body, (void *)i) : pthread_create(&pt[i], NULL, body, (void *)i))
+            return 1;
+    }
+    if (has_prod) {
+        if (green_prod)
+            fern_spawn(&gt[n], NULL, producer, NULL);
+        else
+            pthread_create(&prod, NULL, producer, NULL);
+    }
+    for (int i = 0; i < n; i++)
+        green ? fern_join(gt[i], NULL) : pthread_join(pt[i], NULL);
+    if (has_prod)
+        green_prod ? fern_join(gt[n], NULL) : pthread_join(prod, NULL);
+    double wall = (double)(fern_now_ns() - t0) / 1e9;
+    double late = (double)atomic_load(&tick.late_max) / 1e6;
+    atomic_store(&stop, 1);
+    if (tk)
+        fern_join(tk, NULL);
+    long rows = -1;
+    if (!strcmp(scen, "sqlite")) {
+        rows = sqlite_rows();
+        char p[300];
+        unlink(dbpath);
+        snprintf(p, sizeof p, "%s-wal", dbpath);
+        unlink(p);
+        snprintf(p, sizeof p, "%s-shm", dbpath);
+        unlink(p);
+    }
+    printf("{\"bench\": \"hook-lock\", \"scenario\": \"%s\", \"mode\": \"%s\", \"hooked\": %s, \"workers\": %d,"
+           " \"threads\": %d, \"wall_s\": %.4f, \"ticker_late_max_ms\": %.2f, \"violations\": %ld,"
+           " \"errors\": %ld, \"taken\": %ld, \"rows\": %ld}\n",
+           scen, green ? "green" : "pthread", hooked, workers, n, wall, green ? late : 0.0,
+           atomic_load(&violations), atomic_load(&errors), taken, rows);
+    return 0;
+}
