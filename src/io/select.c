@@ -6,6 +6,11 @@
  * on the poller; a channel's and a ticker's parts it needs are in
  * sync/chan.h and sync/ticker.h.
  *
+ * A select of channel cases only takes select_chans, the round below
+ * without its descriptor, timer and retry parts (what fern_select was
+ * before it waited on anything else, at the same cost); any other case
+ * makes it select_any.
+ *
  * One round: register the descriptors (fdtab.c; the first time only),
  * snapshot their tick words, ask the kernel which are ready (one poll(2)
  * with a zero timeout, made only when there are descriptor cases), then lock
@@ -90,19 +95,22 @@ static void lockset_lock(struct lockset *ls)
         spin_lock(ls->l[i]);
 }
 
-/* Insert `l` with sort key `key` into the sorted, distinct set l[lo..n),
- * keys in k[]. */
-static void lockset_add(struct lockset *ls, uintptr_t *k, size_t lo, uint32_t *l, uintptr_t key)
+/* Insert lock l into the sorted, distinct run ls->l[lo..n) whose sort keys
+ * are key[] (the lock's address for objects, the fd for fd entries). By
+ * hand, not memmove: a select has a few cases, and this is on its path. */
+static inline void lockset_add(struct lockset *ls, uintptr_t *key, size_t lo, uint32_t *l, uintptr_t k)
 {
     size_t j = lo;
-    while (j < ls->n && k[j] < key)
+    while (j < ls->n && key[j] < k)
         j++;
     if (j < ls->n && ls->l[j] == l)
         return;
-    memmove(&ls->l[j + 1], &ls->l[j], (ls->n - j) * sizeof ls->l[0]);
-    memmove(&k[j + 1], &k[j], (ls->n - j) * sizeof k[0]);
+    for (size_t i = ls->n; i > j; i--) {
+        ls->l[i] = ls->l[i - 1];
+        key[i] = key[i - 1];
+    }
     ls->l[j] = l;
-    k[j] = key;
+    key[j] = k;
     ls->n++;
 }
 
@@ -117,21 +125,22 @@ static uint64_t rand_next(void)
     return x;
 }
 
+/* A uniformly random order of n cases (Fisher-Yates). */
+static inline void shuffle(uint8_t *order, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        size_t j = (size_t)(rand_next() % (i + 1));
+        order[i] = (uint8_t)i;
+        uint8_t x = order[i];
+        order[i] = order[j];
+        order[j] = x;
+    }
+}
+
 static inline bool is_chan_op(fern_select_op op) { return op == FERN_SEND || op == FERN_RECV; }
 static inline bool is_fd_op(fern_select_op op)
 {
     return op == FERN_FD_READABLE || op == FERN_FD_WRITABLE;
-}
-
-/* The object lock a case takes, NULL if none (an fd case's entry lock is
- * kept apart: it sorts after every object). */
-static uint32_t *case_lock(const fern_select_case *c)
-{
-    if (is_chan_op(c->op))
-        return c->chan ? &c->chan->lock : NULL;
-    if (c->op == FERN_TICK)
-        return c->ticker ? &c->ticker->lock : NULL;
-    return NULL;
 }
 
 /* Per-case state of a select's descriptor cases. */
@@ -214,24 +223,48 @@ static bool fd_moved(const fern_select_case *cases, size_t n, const struct fdcas
     return false;
 }
 
-int fern_select(fern_select_case *cases, size_t n, int64_t deadline_ns)
+/* Under the locks: is a case other than a channel's ready? Its result
+ * (0 or an errno value: the case fires) or EAGAIN. A tick is taken here. */
+static __attribute__((noinline)) int other_ready(fern_select_case *c, const struct fdcase *f,
+                                                 bool fd_any, int64_t now)
 {
-    if ((!cases && n) || n > FERN_SELECT_MAX || deadline_ns < 0)
-        return -EINVAL;
+    switch (c->op) {
+    case FERN_FD_READABLE:
+    case FERN_FD_WRITABLE:
+        return fd_any && (f->ready || f->err) ? f->err : EAGAIN;
+    case FERN_DEADLINE:
+        return c->deadline != FERN_FOREVER && now >= c->deadline ? 0 : EAGAIN;
+    case FERN_TICK:
+        return c->ticker && ticker_take_locked(c->ticker, now, c->elem) ? 0 : EAGAIN;
+    default:
+        return EAGAIN;
+    }
+}
+
+/* The general select: any mix of cases (header comment). */
+static __attribute__((noinline)) int select_any(fern_select_case *cases, size_t n, int64_t deadline_ns)
+{
     struct lockset ls;
     uintptr_t keys[FERN_SELECT_MAX];
+    uint32_t *lk[FERN_SELECT_MAX]; /* each case's channel or ticker lock, or NULL */
     uint8_t order[FERN_SELECT_MAX];
     ls.n = 0;
     bool waitable = false, fds = false, timers = deadline_ns != FERN_FOREVER;
     for (size_t i = 0; i < n; i++) {
         fern_select_case *c = &cases[i];
-        switch (c->op) {
-        case FERN_SEND:
-            if (c->chan && !c->elem)
+        c->result = 0;
+        lk[i] = NULL;
+        if (likely(is_chan_op(c->op))) { /* the common case first */
+            if (!c->chan)
+                continue;
+            if (c->op == FERN_SEND && !c->elem)
                 return -EINVAL;
-            break;
-        case FERN_RECV:
-            break;
+            lk[i] = &c->chan->lock;
+            lockset_add(&ls, keys, 0, lk[i], (uintptr_t)lk[i]);
+            waitable = true;
+            continue;
+        }
+        switch (c->op) {
         case FERN_FD_READABLE:
         case FERN_FD_WRITABLE:
             fds |= c->fd >= 0;
@@ -245,15 +278,14 @@ int fern_select(fern_select_case *cases, size_t n, int64_t deadline_ns)
             break;
         case FERN_TICK:
             timers |= c->ticker != NULL;
+            if (c->ticker) {
+                lk[i] = &c->ticker->lock;
+                lockset_add(&ls, keys, 0, lk[i], (uintptr_t)lk[i]);
+                waitable = true;
+            }
             break;
         default:
             return -EINVAL;
-        }
-        c->result = 0;
-        uint32_t *l = case_lock(c);
-        if (l) {
-            lockset_add(&ls, keys, 0, l, (uintptr_t)l);
-            waitable = true;
         }
     }
     size_t nobj = ls.n;
@@ -267,16 +299,9 @@ int fern_select(fern_select_case *cases, size_t n, int64_t deadline_ns)
      * revocation waits for the owner's operation to end): it locks them
      * all, and its waiters sit on several at once. */
     for (size_t i = 0; i < n; i++)
-        if (is_chan_op(cases[i].op) && cases[i].chan)
+        if (lk[i] && is_chan_op(cases[i].op))
             bias_settle(&cases[i].chan->bias_, 0);
-    /* Poll in a uniformly random order (Fisher-Yates). */
-    for (size_t i = 0; i < n; i++) {
-        size_t j = (size_t)(rand_next() % (i + 1));
-        order[i] = (uint8_t)i;
-        uint8_t x = order[i];
-        order[i] = order[j];
-        order[j] = x;
-    }
+    shuffle(order, n);
     struct fdcase fc[FERN_SELECT_MAX];
     for (;;) {
         bool fd_any = false;
@@ -294,28 +319,14 @@ int fern_select(fern_select_case *cases, size_t n, int64_t deadline_ns)
             fern_select_case *c = &cases[order[k]];
             struct waiter *wake = NULL;
             int r = EAGAIN;
-            switch (c->op) {
-            case FERN_SEND:
-                if (c->chan)
-                    r = try_send_locked(c->chan, c->elem, &wake);
-                break;
-            case FERN_RECV:
+            if (c->op == FERN_RECV) {
                 if (c->chan)
                     r = try_recv_locked(c->chan, c->elem, &wake);
-                break;
-            case FERN_FD_READABLE:
-            case FERN_FD_WRITABLE:
-                if (fd_any && (fc[order[k]].ready || fc[order[k]].err))
-                    r = fc[order[k]].err;
-                break;
-            case FERN_DEADLINE:
-                if (c->deadline != FERN_FOREVER && now >= c->deadline)
-                    r = 0;
-                break;
-            case FERN_TICK:
-                if (c->ticker && ticker_take_locked(c->ticker, now, c->elem))
-                    r = 0;
-                break;
+            } else if (c->op == FERN_SEND) {
+                if (c->chan)
+                    r = try_send_locked(c->chan, c->elem, &wake);
+            } else {
+                r = other_ready(c, &fc[order[k]], fd_any, now);
             }
             if (r == EAGAIN)
                 continue;
@@ -336,7 +347,7 @@ int fern_select(fern_select_case *cases, size_t n, int64_t deadline_ns)
         /* The timer: the earliest of the deadline, the deadline cases and
          * the tickers' pending ticks. */
         int64_t tdl = deadline_ns;
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; timers && i < n; i++) {
             if (cases[i].op == FERN_DEADLINE && cases[i].deadline < tdl)
                 tdl = cases[i].deadline;
             else if (cases[i].op == FERN_TICK && cases[i].ticker && cases[i].ticker->next < tdl)
@@ -355,13 +366,14 @@ int fern_select(fern_select_case *cases, size_t n, int64_t deadline_ns)
             fern_select_case *c = &cases[i];
             waiter_init(&w[i]);
             fern_waitq *q = NULL;
-            if (c->op == FERN_SEND && c->chan)
-                q = &c->chan->sendq;
-            else if (c->op == FERN_RECV && c->chan)
-                q = &c->chan->recvq;
-            else if (c->op == FERN_TICK && c->ticker)
+            if (is_chan_op(c->op)) {
+                if (!c->chan)
+                    continue;
+                q = c->op == FERN_SEND ? &c->chan->sendq : &c->chan->recvq;
+                w[i].data = c->elem;
+            } else if (c->op == FERN_TICK && c->ticker) {
                 q = &c->ticker->waiters;
-            else if (is_fd_op(c->op) && fc[i].e) {
+            } else if (fds && is_fd_op(c->op) && fc[i].e) {
                 q = &fc[i].e->pq;
                 w[i].data = (void *)(intptr_t)(c->op == FERN_FD_READABLE ? FERN_READ : FERN_WRITE);
                 fdw = true;
@@ -370,8 +382,6 @@ int fern_select(fern_select_case *cases, size_t n, int64_t deadline_ns)
                 continue;
             w[i].p = &p;
             w[i].index = (int32_t)i;
-            if (is_chan_op(c->op))
-                w[i].data = c->elem;
             waitq_push(q, &w[i]);
         }
         fern_thread *self = thread_current();
@@ -400,9 +410,9 @@ int fern_select(fern_select_case *cases, size_t n, int64_t deadline_ns)
          * object whose waker won is skipped unless another case waits
          * there too: it may be gone. */
         int fired = st == W_WOKEN ? p.index : -1;
-        uint32_t *skip = fired >= 0 ? case_lock(&cases[fired]) : NULL;
+        uint32_t *skip = fired >= 0 ? lk[fired] : NULL;
         for (size_t i = 0; skip && i < n; i++)
-            if ((int)i != fired && case_lock(&cases[i]) == skip)
+            if ((int)i != fired && lk[i] == skip)
                 skip = NULL;
         struct lockset left;
         left.n = 0;
@@ -425,6 +435,129 @@ int fern_select(fern_select_case *cases, size_t n, int64_t deadline_ns)
         }
         /* An edge (ask the kernel again) or a ticker reset or stopped. */
     }
+}
+
+/* A select of channel cases only: the general round without its
+ * descriptor, timer and retry parts, kept apart so that a channel select
+ * costs what it did before select waited on anything else (bench figures in
+ * the commit that split them). */
+static inline __attribute__((always_inline)) int select_chans(fern_select_case *cases, size_t n,
+                                                             int64_t deadline_ns)
+{
+    struct lockset ls;
+    uint8_t order[FERN_SELECT_MAX];
+    ls.n = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (cases[i].op == FERN_SEND && cases[i].chan && !cases[i].elem)
+            return -EINVAL;
+        cases[i].result = 0;
+        fern_chan *c = cases[i].chan;
+        if (!c)
+            continue;
+        /* insertion into the sorted, distinct lock order */
+        uint32_t *l = &c->lock;
+        size_t j = 0;
+        while (j < ls.n && ls.l[j] < l)
+            j++;
+        if (j < ls.n && ls.l[j] == l)
+            continue;
+        for (size_t k = ls.n; k > j; k--)
+            ls.l[k] = ls.l[k - 1];
+        ls.l[j] = l;
+        ls.n++;
+    }
+    if (ls.n == 0) {
+        if (deadline_ns == FERN_FOREVER)
+            return -EINVAL;
+        fern_sleep_until(deadline_ns);
+        return -ETIMEDOUT;
+    }
+    /* Its channels in shared mode for good, before any lock is taken (a
+     * revocation waits for the owner's operation to end): it locks them
+     * all, and its waiters sit on several at once. */
+    for (size_t i = 0; i < n; i++)
+        if (cases[i].chan)
+            bias_settle(&cases[i].chan->bias_, 0);
+    shuffle(order, n);
+    lockset_lock(&ls);
+    for (size_t k = 0; k < n; k++) {
+        fern_select_case *c = &cases[order[k]];
+        if (!c->chan)
+            continue;
+        struct waiter *wake = NULL;
+        int r = c->op == FERN_SEND ? try_send_locked(c->chan, c->elem, &wake)
+                                   : try_recv_locked(c->chan, c->elem, &wake);
+        if (r == EAGAIN)
+            continue;
+        lockset_unlock(&ls);
+        if (wake)
+            waiter_release(wake, 0);
+        c->result = r;
+        return order[k];
+    }
+    if (deadline_ns != FERN_FOREVER && fern_now_ns() >= deadline_ns) {
+        lockset_unlock(&ls);
+        return -ETIMEDOUT;
+    }
+    struct waiter stackw[8];
+    struct waiter *w = n <= 8 ? stackw : malloc(n * sizeof *w);
+    if (!w) {
+        lockset_unlock(&ls);
+        return -ENOMEM;
+    }
+    struct parker p;
+    parker_init(&p);
+    for (size_t i = 0; i < n; i++) {
+        waiter_init(&w[i]);
+        if (!cases[i].chan)
+            continue;
+        w[i].p = &p;
+        w[i].index = (int32_t)i;
+        w[i].data = cases[i].elem;
+        waitq_push(cases[i].op == FERN_SEND ? &cases[i].chan->sendq : &cases[i].chan->recvq,
+                   &w[i]);
+    }
+    fern_thread *self = thread_current();
+    if (self) {
+        STORE_RELAXED(&self->wait_what, "select");
+        STORE_RELAXED(&self->wait_obj, cases);
+    }
+    int st = parker_wait(&p, lockset_unlock, &ls, deadline_ns);
+    if (self)
+        STORE_RELAXED(&self->wait_what, NULL);
+    /* As select_any: relock all but the fired case's channel (unless
+     * another case waits there too) and unlink. */
+    int fired = st == W_WOKEN ? p.index : -1;
+    uint32_t *fc = fired >= 0 ? &cases[fired].chan->lock : NULL;
+    for (size_t i = 0; fc && i < n; i++)
+        if ((int)i != fired && cases[i].chan && &cases[i].chan->lock == fc)
+            fc = NULL;
+    struct lockset left;
+    left.n = 0;
+    for (size_t k = 0; k < ls.n; k++)
+        if (ls.l[k] != fc)
+            left.l[left.n++] = ls.l[k];
+    lockset_lock(&left);
+    for (size_t i = 0; i < n; i++)
+        if ((int)i != fired)
+            waitq_unlink(&w[i]);
+    lockset_unlock(&left);
+    if (w != stackw)
+        free(w);
+    if (st == W_TIMEDOUT)
+        return -ETIMEDOUT;
+    cases[p.index].result = p.result;
+    return p.index;
+}
+
+int fern_select(fern_select_case *cases, size_t n, int64_t deadline_ns)
+{
+    if ((!cases && n) || n > FERN_SELECT_MAX || deadline_ns < 0)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (!is_chan_op(cases[i].op))
+            return select_any(cases, n, deadline_ns);
+    return select_chans(cases, n, deadline_ns);
 }
 
 int fern_ticker_wait(fern_ticker *t, uint64_t *ticks, int64_t deadline_ns)
