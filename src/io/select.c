@@ -302,6 +302,13 @@ static __attribute__((noinline)) int select_any(fern_select_case *cases, size_t 
         if (lk[i] && is_chan_op(cases[i].op))
             bias_settle(&cases[i].chan->bias_, 0);
     shuffle(order, n);
+    /* Every ticker counts this select in until it returns: a reset or stop
+     * wakes it between rounds, when it has no waiter linked there, and
+     * destroy must not free the ticker then (ticker.c). */
+    for (size_t i = 0; i < n; i++)
+        if (cases[i].op == FERN_TICK && cases[i].ticker)
+            ticker_enter(cases[i].ticker);
+    int ret;
     struct fdcase fc[FERN_SELECT_MAX];
     for (;;) {
         bool fd_any = false;
@@ -334,11 +341,13 @@ static __attribute__((noinline)) int select_any(fern_select_case *cases, size_t 
             if (wake)
                 waiter_release(wake, 0);
             c->result = r;
-            return order[k];
+            ret = order[k];
+            goto out;
         }
         if (deadline_ns != FERN_FOREVER && now >= deadline_ns) {
             lockset_unlock(&ls);
-            return -ETIMEDOUT;
+            ret = -ETIMEDOUT;
+            goto out;
         }
         if (fds && fd_moved(cases, n, fc)) {
             lockset_unlock(&ls);
@@ -357,7 +366,8 @@ static __attribute__((noinline)) int select_any(fern_select_case *cases, size_t 
         struct waiter *w = n <= 8 ? stackw : malloc(n * sizeof *w);
         if (!w) {
             lockset_unlock(&ls);
-            return -ENOMEM;
+            ret = -ENOMEM;
+            goto out;
         }
         struct parker p;
         parker_init(&p);
@@ -431,10 +441,16 @@ static __attribute__((noinline)) int select_any(fern_select_case *cases, size_t 
         fern_select_case *c = &cases[fired];
         if (is_chan_op(c->op) || (is_fd_op(c->op) && p.result)) {
             c->result = p.result;
-            return fired;
+            ret = fired;
+            goto out;
         }
         /* An edge (ask the kernel again) or a ticker reset or stopped. */
     }
+out:
+    for (size_t i = 0; i < n; i++)
+        if (cases[i].op == FERN_TICK && cases[i].ticker)
+            ticker_leave(cases[i].ticker);
+    return ret;
 }
 
 /* A select of channel cases only: the general round without its

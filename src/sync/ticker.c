@@ -18,9 +18,11 @@
  * Reset and stop move `next`: later (stop) or maybe earlier (reset) than
  * what the blocked selects sleep for. So they claim every waiter and wake
  * it with TICKER_CHANGED: it looks again, with the new `next`. The waker
- * unlinks what it claimed, and the destroy rule (sync/wait.c) holds: a
- * ticker is destroyed only once no select is blocked on it (EBUSY) or
- * leaving it.
+ * unlinks what it claimed, so between that wake-up and its next round a
+ * select has no waiter here; it is counted in `inside` for its whole call
+ * instead, and destroy follows the destroy rule (sync/wait.c) with that
+ * count: EBUSY while a select is blocked on the ticker, a wait while one
+ * is inside without a blocked waiter, 0 once none is.
  *
  * Memory ordering: every field is read and written under the ticker's spin
  * lock.
@@ -44,9 +46,20 @@ int fern_ticker_destroy(fern_ticker *t)
 {
     if (!t)
         return EINVAL;
-    int r = queue_destroy(&t->lock, &t->waiters, NULL);
-    if (r)
-        return r;
+    /* The destroy rule (sync/wait.c), with one more kind of inhabitant: a
+     * select counted in `inside` with no waiter blocked here is between
+     * two rounds (a reset woke it) or leaving; wait for it to block again
+     * (then EBUSY) or to return. */
+    for (unsigned n = 0;; destroy_backoff(&n)) {
+        spin_lock(&t->lock);
+        int st = waitq_state(&t->waiters);
+        uint32_t inside = t->inside;
+        spin_unlock(&t->lock);
+        if (st == WQ_BLOCKED)
+            return EBUSY;
+        if (st == WQ_IDLE && inside == 0)
+            break;
+    }
     free(t);
     return 0;
 }

@@ -10,12 +10,28 @@
 
 struct fern_ticker {
     uint32_t lock;
-    uint32_t pad_;
+    uint32_t inside;    /* selects running with a case on it (ticker_enter) */
     int64_t period;     /* 0: stopped */
     int64_t next;       /* when the pending tick comes (or came); FERN_FOREVER
                          * when stopped or beyond the clock's range */
     fern_waitq waiters; /* selects blocked on it (fern_ticker_wait is one) */
 };
+
+/* A select with a case on t, from its first round to its return: counted
+ * in t, so that destroy waits for it between rounds (ticker.c). */
+static inline void ticker_enter(struct fern_ticker *t)
+{
+    spin_lock(&t->lock);
+    t->inside++;
+    spin_unlock(&t->lock);
+}
+/* Its last access to t. */
+static inline void ticker_leave(struct fern_ticker *t)
+{
+    spin_lock(&t->lock);
+    t->inside--;
+    spin_unlock(&t->lock);
+}
 
 /* A waiter on a ticker released with this result was not given a tick: the
  * ticker was reset or stopped, and the select looks at it again. Never seen
