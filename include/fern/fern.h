@@ -583,9 +583,11 @@ typedef struct fern_ticker fern_ticker;
  * period_ns. Return 0; EINVAL if t is NULL or period_ns <= 0; ENOMEM. */
 int fern_ticker_create(fern_ticker **t, int64_t period_ns);
 /* Free a ticker, as fern_chan_destroy frees a channel: it first waits for
- * selects that are leaving it. Return 0; EINVAL if t is NULL; EBUSY while a
- * select or fern_ticker_wait is blocked on it (the ticker is not freed
- * then: stop it, or wake those threads another way, and try again). */
+ * selects that are leaving it, or that a reset or stop woke to look at it
+ * again (until they block again or return). Return 0; EINVAL if t is NULL;
+ * EBUSY while a select or fern_ticker_wait is blocked on it (the ticker is
+ * not freed then; stopping it does not unblock them: wake them through
+ * another case, and try again). */
 int fern_ticker_destroy(fern_ticker *t);
 /* Restart the ticker with a new period: the next tick comes period_ns from
  * now; a tick not yet taken is dropped. Threads blocked on it wait for the
