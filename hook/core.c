@@ -155,6 +155,8 @@ static long green_transfer(int fd, int dir, int nowait, const struct hk_call *c)
                 if (dl < 0)
                     dl = hk_deadline(__atomic_load_n(&h->rcvto, __ATOMIC_RELAXED));
                 int k = fern__io_park(&pe, 1, dl);
+                if (k == FERN__PARK_CANCELED)
+                    return -ECANCELED;
                 if (k < 0)
                     return -EBADF;
                 last = k == 0;
@@ -174,6 +176,8 @@ static long green_transfer(int fd, int dir, int nowait, const struct hk_call *c)
             dl = hk_deadline(__atomic_load_n(dir == FERN_READ ? &h->rcvto : &h->sndto,
                                              __ATOMIC_RELAXED));
         int k = fern__io_park(&pe, 1, dl);
+        if (k == FERN__PARK_CANCELED)
+            return -ECANCELED;
         if (k == 0)
             return -EAGAIN;
         if (k < 0)

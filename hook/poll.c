@@ -193,6 +193,10 @@ static long poll_green(struct pollfd *fds, nfds_t n, int64_t dl, const sigset_t 
             m = 0;
             continue;
         }
+        if (k == FERN__PARK_CANCELED) {
+            r = -ECANCELED;
+            break;
+        }
         if (k == 0) {
             r = poll_now(fds, n, NULL);
             break;
@@ -366,6 +370,10 @@ static long select_green(int nfds, fd_set *rs, fd_set *ws, fd_set *es, int64_t d
             m = 0;
             continue;
         }
+        if (k == FERN__PARK_CANCELED) {
+            r = -ECANCELED;
+            break;
+        }
         if (k == 0) {
             r = sel_check(&s, 1, NULL);
             break;
@@ -473,6 +481,8 @@ static long epoll_green(int epfd, struct epoll_event *ev, int max, int64_t dl,
         if (r != 0)
             return r;
         int k = fern__io_park(&pe, 1, dl);
+        if (k == FERN__PARK_CANCELED)
+            return -ECANCELED;
         if (k == 0)
             return hk_sys(SYS_epoll_pwait, epfd, ev, max, 0, NULL, KSIGSET);
         if (k < 0)

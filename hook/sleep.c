@@ -4,8 +4,10 @@
  *
  * On a green thread each becomes a timer of the runtime (fern_sleep_ns): the
  * worker runs other threads meanwhile. A green thread is never interrupted
- * by a signal (signals go to kernel threads), so these always sleep the full
- * time and report no time left. clock_nanosleep on a CPU-time clock is not a
+ * by a signal (signals go to kernel threads), so these sleep the full
+ * time and report no time left, unless the thread is cancelled (fern_cancel):
+ * then they fail with ECANCELED (sleep returns the seconds asked for, errno
+ * ECANCELED) and report all of the time left. clock_nanosleep on a CPU-time clock is not a
  * wait for wall time and passes through. On a plain thread each is the raw
  * system call, returning what libc returns (EINTR and the time left
  * included).
@@ -35,8 +37,13 @@ int nanosleep(const struct timespec *req, struct timespec *rem)
     if (bad_ts(req))
         return (int)hk_ret(req ? -EINVAL : -EFAULT);
     HK_TSAN_ENTER();
-    fern_sleep_ns(ts_ns(req));
+    int e = fern_sleep_ns(ts_ns(req));
     HK_TSAN_LEAVE();
+    if (e) { /* cancelled (fern_cancel): all of it left */
+        if (rem)
+            *rem = *req;
+        return (int)hk_ret(-e);
+    }
     return 0;
 }
 
@@ -54,8 +61,12 @@ unsigned int sleep(unsigned int s)
         return r < 0 ? (unsigned)ts.tv_sec : 0; /* whole seconds left, as glibc */
     }
     HK_TSAN_ENTER();
-    fern_sleep_ns(ts_ns(&ts));
+    int e = fern_sleep_ns(ts_ns(&ts));
     HK_TSAN_LEAVE();
+    if (e) { /* cancelled: every second left, errno says why */
+        hk_ret(-e);
+        return s;
+    }
     return 0;
 }
 
@@ -74,12 +85,15 @@ int clock_nanosleep(clockid_t clk, int flags, const struct timespec *req, struct
         clock_gettime(clk, &now);
         ns -= ts_ns(&now);
     }
+    int e = 0;
     if (ns > 0) {
         HK_TSAN_ENTER();
-        fern_sleep_ns(ns);
+        e = fern_sleep_ns(ns);
         HK_TSAN_LEAVE();
     }
-    return 0;
+    if (e && rem && !(flags & TIMER_ABSTIME))
+        *rem = *req;
+    return e;
 }
 
 int thrd_sleep(const struct timespec *req, struct timespec *rem)

@@ -61,6 +61,8 @@ static long hk_connect_wait(int fd, struct hk_fd *h, int green)
         if (w == 0) {
             if (parkable) {
                 int k = fern__io_park(&pe, 1, dl);
+                if (k == FERN__PARK_CANCELED)
+                    return -ECANCELED;
                 if (k < 0)
                     return -EBADF;
                 w = k;

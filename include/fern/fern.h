@@ -190,9 +190,53 @@ const char *fern_thread_name(const fern_thread *t);
 int fern_exit(void *ret);
 
 /* Sleep for ns nanoseconds (ns <= 0 returns at once) / until the deadline.
- * Return 0; EINVAL if the deadline is negative. */
+ * Cancellation points (fern_cancel). Return 0; EINVAL if the deadline is
+ * negative; ECANCELED if the calling green thread is cancelled (then at
+ * once, or as soon as a cancel comes while it sleeps). */
 int fern_sleep_ns(int64_t ns);
 int fern_sleep_until(int64_t deadline_ns);
+
+/* ------------------------------------------------------------------------ */
+/* Cancellation                                                              */
+/* ------------------------------------------------------------------------ */
+
+/* Ask green thread t to stop (docs/cancellation.md). The request is sticky
+ * and nothing is unwound: the cancellation point t waits in, if any, is
+ * woken at once and fails, and so does every cancellation point t reaches
+ * afterwards when it would have to wait; t then cleans up and returns as
+ * it sees fit. A cancellation point fails with ECANCELED as its error
+ * value (fern_sleep_ns, fern_sleep_until, fern_join, fern_cond_wait and
+ * fern_cond_timedwait, which take the mutex back first, fern_sem_wait and
+ * fern_sem_timedwait, fern_wg_wait and fern_wg_timedwait, the blocking
+ * channel calls and fern_select, which returns -ECANCELED, fern_group_wait)
+ * or with -1 and errno ECANCELED (fern_read, fern_write and the other
+ * descriptor calls that wait, fern_blocking and fern_pread/fern_pwrite
+ * before their job starts, and, through fern-hook, read, recv, send,
+ * accept, connect, poll, select, epoll_wait and the sleeps). A call that
+ * can complete without waiting completes. Locking a mutex or an rwlock,
+ * fern_barrier_wait and fern_once are not cancellation points. A cancel
+ * affects t only; use a group (fern_group_cancel) for threads t started.
+ * Plain threads have no handle and cannot be cancelled. Cancelling a
+ * thread twice, or one that has ended but is not yet joined, does nothing
+ * more. Works from green and plain threads. Returns 0; EINVAL if t is
+ * NULL; ESRCH if t's descriptor is free (it was joined, or detached and
+ * ended; a handle reused by a new thread cannot be detected, as with
+ * fern_join). */
+int fern_cancel(fern_thread *t);
+
+/* Shield the calling green thread's waits from its cancel (on != 0) or
+ * stop shielding them (on == 0), for cleanup that must wait, such as
+ * closing a protocol politely; the request stays and fails the first
+ * cancellation point after the shield is lifted. Returns the previous
+ * setting (1 shielded, 0 not), so that shields nest:
+ * `int was = fern_cancel_shield(1); ...; fern_cancel_shield(was);`.
+ * Returns 0 and does nothing on a plain thread. */
+int fern_cancel_shield(int on);
+
+/* 1 if the calling green thread has been cancelled (shielded or not),
+ * else 0 (always 0 on a plain thread). For loops that compute without
+ * waiting: check it now and then. */
+int fern_cancelled(void);
 
 /* ------------------------------------------------------------------------ */
 /* Green-thread-local storage                                                */

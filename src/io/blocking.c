@@ -120,6 +120,12 @@ void *fern_blocking(void *(*fn)(void *), void *arg)
     fern_thread *self = thread_current();
     if (!self)
         return fn(arg);
+    /* A cancellation point at its start only: a job that runs cannot be
+     * stopped, and the caller's frame must outlive it. */
+    if (cancel_due(self)) {
+        errno_set(ECANCELED);
+        return NULL;
+    }
     struct job j = {.fn = fn, .arg = arg};
     waiter_init(&j.wt);
     STORE_RELAXED(&self->wait_what, "blocking pool");
@@ -160,12 +166,20 @@ static void *prw_run(void *arg)
 
 ssize_t fern_pread(int fd, void *buf, size_t n, int64_t offset)
 {
+    if (cancel_due(thread_current())) { /* fern_blocking's NULL would read as 0 */
+        errno_set(ECANCELED);
+        return -1;
+    }
     struct prw p = {fd, buf, n, offset, false};
     return (ssize_t)(intptr_t)fern_blocking(prw_run, &p);
 }
 
 ssize_t fern_pwrite(int fd, const void *buf, size_t n, int64_t offset)
 {
+    if (cancel_due(thread_current())) {
+        errno_set(ECANCELED);
+        return -1;
+    }
     struct prw p = {fd, (void *)buf, n, offset, true};
     return (ssize_t)(intptr_t)fern_blocking(prw_run, &p);
 }

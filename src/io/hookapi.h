@@ -62,6 +62,12 @@ FERN__API void fern__io_short(const struct fern__pollent *pe, uint32_t token);
  * closed (fern__io_forget) while waiting; FERN__PARK_NOMEM: no memory for
  * the waiters (only when n > 4). */
 #define FERN__PARK_NOMEM INT32_MIN
+/* fern__io_park's result when the thread is cancelled (fern_cancel): the
+ * hooked call fails with ECANCELED. */
+#define FERN__PARK_CANCELED (INT32_MIN + 1)
+/* 1 if the calling green thread is cancelled and not shielded: a hooked
+ * call that would wait fails with ECANCELED first. */
+FERN__API int fern__cancel_due(void);
 FERN__API int fern__io_park(const struct fern__pollent *pe, int n, int64_t deadline);
 
 /* Under ThreadSanitizer (a libfern built with it), bracket the part of a

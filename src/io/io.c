@@ -121,13 +121,19 @@ static int io_wait(int fd, struct fdent *e, int dirs, int64_t deadline)
         spin_unlock(&e->lock);
         return IO_TIMEOUT;
     }
-    /* One waiter per direction, sharing one parker (as a select). */
-    struct parker p;
+    /* One waiter per direction, sharing one parker (as a select): the
+     * thread's own, a cancellation point (sync/wait.h). */
+    struct parker own, *p;
     struct waiter wr, ww;
-    parker_init(&p);
+    parker_init(&own);
+    if (!(p = parker_cancellable(self, &own))) {
+        spin_unlock(&e->lock);
+        errno_set(ECANCELED);
+        return IO_ERROR;
+    }
     waiter_init(&wr);
     waiter_init(&ww);
-    wr.p = ww.p = &p;
+    wr.p = ww.p = p;
     wr.index = FERN_READ;
     ww.index = FERN_WRITE;
     if (dirs & FERN_READ)
@@ -147,7 +153,7 @@ static int io_wait(int fd, struct fdent *e, int dirs, int64_t deadline)
         if (c)
             cluster_wake(c);
     }
-    int st = parker_wait(&p, unlock_spin_io, &e->lock, deadline);
+    int st = parker_wait(p, unlock_spin_io, &e->lock, deadline);
     __atomic_fetch_sub(&IO.waiters, 1, __ATOMIC_RELAXED);
     if (self)
         STORE_RELAXED(&self->wait_what, NULL);
@@ -158,11 +164,11 @@ static int io_wait(int fd, struct fdent *e, int dirs, int64_t deadline)
         if (e->ww == &ww)
             e->ww = NULL;
         spin_unlock(&e->lock);
-        if (p.result) {
-            errno_set(p.result);
+        if (p->result) {
+            errno_set(p->result);
             return IO_ERROR;
         }
-        return p.index;
+        return p->index;
     }
     spin_lock(&e->lock);
     if (e->rw == &wr)
@@ -170,6 +176,10 @@ static int io_wait(int fd, struct fdent *e, int dirs, int64_t deadline)
     if (e->ww == &ww)
         e->ww = NULL;
     spin_unlock(&e->lock);
+    if (st == W_CANCELED) {
+        errno_set(ECANCELED);
+        return IO_ERROR;
+    }
     return IO_TIMEOUT;
 }
 

@@ -15,6 +15,8 @@
 
 int fern__hook_green(void) { return thread_current() != NULL; }
 
+int fern__cancel_due(void) { return cancel_due(thread_current()); }
+
 void fern__io_forget(int fd)
 {
     if (LOAD_RELAXED(&FDT.chunks))
@@ -107,21 +109,29 @@ int fern__io_park(const struct fern__pollent *pe, int n, int64_t deadline)
         waitq_push(&e->pq, &wts[locked]);
     }
     int ret;
-    if (changed || (deadline != FERN_FOREVER && fern_now_ns() >= deadline)) {
+    fern_thread *self = thread_current();
+    struct parker *pp = &p;
+    /* The thread's own parker if it is to wait (a cancellation point,
+     * sync/wait.h), swapped in under every entry's lock, where no waker
+     * can see the waiters. */
+    bool late = !changed && deadline != FERN_FOREVER && fern_now_ns() >= deadline;
+    bool canceled = !changed && !late && !(pp = parker_cancellable(self, &p));
+    if (changed || late || canceled) {
         for (int i = 0; i < locked; i++) {
             waitq_unlink(&wts[i]);
             spin_unlock(&fdent_get(pe[i].fd)->lock);
         }
-        ret = changed;
+        ret = canceled ? FERN__PARK_CANCELED : changed;
     } else {
-        fern_thread *self = thread_current();
+        for (int i = 0; i < n; i++)
+            wts[i].p = pp;
         if (self) {
             STORE_RELAXED(&self->wait_what, "fd (fern-hook)");
             STORE_RELAXED(&self->wait_obj, (void *)(intptr_t)pe[0].fd);
         }
         ADD_RELAXED(&IO.waiters, 1);
         struct park_many pm = {pe, n};
-        int st = parker_wait(&p, unlock_many, &pm, deadline);
+        int st = parker_wait(pp, unlock_many, &pm, deadline);
         __atomic_fetch_sub(&IO.waiters, 1, __ATOMIC_RELAXED);
         if (self)
             STORE_RELAXED(&self->wait_what, NULL);
@@ -132,9 +142,9 @@ int fern__io_park(const struct fern__pollent *pe, int n, int64_t deadline)
             spin_unlock(&e->lock);
         }
         if (st == W_WOKEN)
-            ret = p.result ? -(p.index + 1) : 1;
+            ret = pp->result ? -(pp->index + 1) : 1;
         else
-            ret = 0;
+            ret = st == W_CANCELED ? FERN__PARK_CANCELED : 0;
     }
     if (wts != few)
         free(wts);

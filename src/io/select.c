@@ -35,6 +35,12 @@
  * flag and marks nothing DRAINED (fdtab.c), so a fern_read after it makes
  * its system call or waits for the next edge exactly as it would have.
  *
+ * Cancellation: the parker of a green thread's round is its cancellable
+ * one (parker_cancellable, sync/wait.h), taken right before the park; a
+ * cancel claims it (W_CANCELED) and the select unlinks every waiter and
+ * returns -ECANCELED, from any round. A select that can fire without
+ * waiting fires, cancelled or not.
+ *
  * Waking. The first party to claim the parker decides (invariant 2,
  * docs/design.md): a channel's waker performed the operation; a close of
  * the fd (fern_close: EBADF) fires the case; an edge, a ticker's reset or
@@ -369,8 +375,18 @@ static __attribute__((noinline)) int select_any(fern_select_case *cases, size_t 
             ret = -ENOMEM;
             goto out;
         }
-        struct parker p;
-        parker_init(&p);
+        /* Cancellation (thread/cancel.c) claims the caller's own parker:
+         * taken last, right before the park, holding the locks. */
+        fern_thread *self = thread_current();
+        struct parker own, *p;
+        parker_init(&own);
+        if (!(p = parker_cancellable(self, &own))) {
+            lockset_unlock(&ls);
+            if (w != stackw)
+                free(w);
+            ret = -ECANCELED;
+            goto out;
+        }
         bool fdw = false;
         for (size_t i = 0; i < n; i++) {
             fern_select_case *c = &cases[i];
@@ -390,11 +406,10 @@ static __attribute__((noinline)) int select_any(fern_select_case *cases, size_t 
             }
             if (!q)
                 continue;
-            w[i].p = &p;
+            w[i].p = p;
             w[i].index = (int32_t)i;
             waitq_push(q, &w[i]);
         }
-        fern_thread *self = thread_current();
         if (self) {
             STORE_RELAXED(&self->wait_what, "select");
             STORE_RELAXED(&self->wait_obj, cases);
@@ -410,7 +425,7 @@ static __attribute__((noinline)) int select_any(fern_select_case *cases, size_t 
                     cluster_wake(cl);
             }
         }
-        int st = ls.n ? parker_wait(&p, lockset_unlock, &ls, tdl) : parker_wait(&p, NULL, NULL, tdl);
+        int st = ls.n ? parker_wait(p, lockset_unlock, &ls, tdl) : parker_wait(p, NULL, NULL, tdl);
         if (fdw)
             __atomic_fetch_sub(&IO.waiters, 1, __ATOMIC_RELAXED);
         if (self)
@@ -419,7 +434,7 @@ static __attribute__((noinline)) int select_any(fern_select_case *cases, size_t 
          * post-switch unlock may still be reading ls (header comment). The
          * object whose waker won is skipped unless another case waits
          * there too: it may be gone. */
-        int fired = st == W_WOKEN ? p.index : -1;
+        int fired = st == W_WOKEN ? p->index : -1;
         uint32_t *skip = fired >= 0 ? lk[fired] : NULL;
         for (size_t i = 0; skip && i < n; i++)
             if ((int)i != fired && lk[i] == skip)
@@ -438,9 +453,13 @@ static __attribute__((noinline)) int select_any(fern_select_case *cases, size_t 
             free(w);
         if (st == W_TIMEDOUT)
             continue; /* a timer case may be due: the next round sees */
+        if (st == W_CANCELED) {
+            ret = -ECANCELED;
+            goto out;
+        }
         fern_select_case *c = &cases[fired];
-        if (is_chan_op(c->op) || (is_fd_op(c->op) && p.result)) {
-            c->result = p.result;
+        if (is_chan_op(c->op) || (is_fd_op(c->op) && p->result)) {
+            c->result = p->result;
             ret = fired;
             goto out;
         }
@@ -521,29 +540,35 @@ static inline __attribute__((always_inline)) int select_chans(fern_select_case *
         lockset_unlock(&ls);
         return -ENOMEM;
     }
-    struct parker p;
-    parker_init(&p);
+    struct parker own, *p;
+    parker_init(&own);
+    fern_thread *self = thread_current();
+    if (!(p = parker_cancellable(self, &own))) {
+        lockset_unlock(&ls);
+        if (w != stackw)
+            free(w);
+        return -ECANCELED;
+    }
     for (size_t i = 0; i < n; i++) {
         waiter_init(&w[i]);
         if (!cases[i].chan)
             continue;
-        w[i].p = &p;
+        w[i].p = p;
         w[i].index = (int32_t)i;
         w[i].data = cases[i].elem;
         waitq_push(cases[i].op == FERN_SEND ? &cases[i].chan->sendq : &cases[i].chan->recvq,
                    &w[i]);
     }
-    fern_thread *self = thread_current();
     if (self) {
         STORE_RELAXED(&self->wait_what, "select");
         STORE_RELAXED(&self->wait_obj, cases);
     }
-    int st = parker_wait(&p, lockset_unlock, &ls, deadline_ns);
+    int st = parker_wait(p, lockset_unlock, &ls, deadline_ns);
     if (self)
         STORE_RELAXED(&self->wait_what, NULL);
     /* As select_any: relock all but the fired case's channel (unless
      * another case waits there too) and unlink. */
-    int fired = st == W_WOKEN ? p.index : -1;
+    int fired = st == W_WOKEN ? p->index : -1;
     uint32_t *fc = fired >= 0 ? &cases[fired].chan->lock : NULL;
     for (size_t i = 0; fc && i < n; i++)
         if ((int)i != fired && cases[i].chan && &cases[i].chan->lock == fc)
@@ -562,8 +587,10 @@ static inline __attribute__((always_inline)) int select_chans(fern_select_case *
         free(w);
     if (st == W_TIMEDOUT)
         return -ETIMEDOUT;
-    cases[p.index].result = p.result;
-    return p.index;
+    if (st == W_CANCELED)
+        return -ECANCELED;
+    cases[p->index].result = p->result;
+    return p->index;
 }
 
 int fern_select(fern_select_case *cases, size_t n, int64_t deadline_ns)

@@ -8,6 +8,7 @@
 #define FERN_SCHED_DESC_H
 
 #include "base/base.h"
+#include "sched/parker.h"
 
 struct stack;
 struct waiter;
@@ -59,6 +60,11 @@ struct fern_thread {
     uint64_t id;
     char name[32];
     uint8_t wait_timed;         /* the park has a deadline (watch/deadlock.c) */
+    uint8_t cshield;            /* fern_cancel_shield: nonzero while its waits
+                                 * cannot be cancelled (the thread's own) */
+    uint32_t creq;              /* fern_cancel was called: sticky (sync/wait.h) */
+    struct parker cpark;        /* the parker of its cancellable waits
+                                 * (sync/wait.h, thread/cancel.c) */
 #ifdef FERN_ASAN
     void *asan_fake;
 #endif

@@ -184,7 +184,10 @@
  *             added atomically, or (live_ext) only under the inbox's lock;
  *             read by fern_stats, fern_dump and spinners as hints that
  *             tolerate stale values.
- *   run_state, stack (for fern_dump): relaxed, diagnostics only.
+ *   run_state, stack (for fern_dump): relaxed, diagnostics only; but
+ *             T_PARKED is stored with release by the park's post-switch
+ *             action (sync/wait.c), and a canceller's acquire load of it
+ *             tells it the thread is saved (invariant 1, thread/cancel.c).
  *
  * Below it: stack/, base/, arch/. The few things the scheduler needs from
  * the layers above are declared at the end of this header, each with the

@@ -117,7 +117,8 @@ static inline __attribute__((always_inline)) void park(after_fn fn, void *arg, b
     struct worker *w = worker_self();
     fern_thread *cur = w->cur;
     fern_thread *next;
-    STORE_RELAXED(&cur->run_state, T_PARKED);
+    /* run_state becomes T_PARKED in fn, once cur is saved: a canceller
+     * waits for that before it readies cur (thread/cancel.c). */
     PROBE2(park, cur->id, cur->wait_what);
     w->after = fn;
     w->after_prev = cur;

@@ -37,6 +37,6 @@ int fern_barrier_wait(fern_barrier *b)
         waiters_release(all, 0);
         return FERN_BARRIER_SERIAL_THREAD;
     }
-    queue_wait(&b->waiters_, &b->lock_, NULL, "barrier", b, FERN_FOREVER);
+    queue_wait(&b->waiters_, &b->lock_, NULL, "barrier", b, FERN_FOREVER, false);
     return 0;
 }

@@ -159,10 +159,15 @@ static __attribute__((noinline)) int chan_wait(fern_chan *ch, void *elem, fern_w
         return try_only ? EAGAIN : ETIMEDOUT;
     }
     struct waiter wt;
-    waiter_init(&wt);
+    fern_thread *self = thread_current();
+    if (unlikely(!waiter_init_cancellable(&wt, self))) {
+        struct caller me;
+        caller_get(&me);
+        chan_unlock(ch, plain, &me);
+        return ECANCELED;
+    }
     wt.data = elem;
     waitq_push(q, &wt);
-    fern_thread *self = thread_current();
     if (self) {
         STORE_RELAXED(&self->wait_what, what);
         STORE_RELAXED(&self->wait_obj, ch);
@@ -173,13 +178,13 @@ static __attribute__((noinline)) int chan_wait(fern_chan *ch, void *elem, fern_w
         STORE_RELAXED(&self->wait_what, NULL);
     if (st == W_WOKEN)
         return wt.p->result;
-    /* Timed out: a new operation (the thread may run on another worker, and
-     * the bias may have been revoked meanwhile). */
+    /* Timed out or cancelled: a new operation (the thread may run on another
+     * worker, and the bias may have been revoked meanwhile). */
     struct caller again;
     plain = chan_lock(ch, &again);
     waitq_unlink(&wt);
     chan_unlock(ch, plain, &again);
-    return ETIMEDOUT;
+    return st == W_CANCELED ? ECANCELED : ETIMEDOUT;
 }
 
 static inline int chan_wait_dir(fern_chan *ch, void *elem, bool send, int64_t deadline,

@@ -76,11 +76,12 @@ static inline void cond_push(fern_cond *c, struct waiter *wt, fern_mutex *m, boo
 }
 
 /* Under c's lock: wt, which cond_push queued, is no longer in c's queue. A
- * condition waiter is solo unless timed (waiter_wait). */
+ * condition waiter is solo unless timed or cancellable (waiter_wait; a
+ * green thread's wait is cancellable unless shielded: sync/wait.h). */
 static inline void cond_left(fern_cond *c, const struct waiter *wt)
 {
     c->waiting_--;
-    c->timed_ -= !wt->p->solo;
+    c->timed_ -= wt->p->solo != SOLO_LOCKED;
 }
 
 /* fern_cond_timedwait after its argument checks, for the caller me, whose
@@ -103,10 +104,17 @@ static inline __attribute__((always_inline)) int cond_wait(fern_cond *c, fern_mu
      * unlock must find us. m's lock and c's lock are never nested the
      * other way round. */
     struct waiter wt;
-    waiter_init(&wt);
+    if (unlikely(!waiter_init_cancellable(&wt, t))) {
+        /* Cancelled: m was never released. */
+        qunlock(pc, &c->lock_);
+        bias_end(&me);
+        return ECANCELED;
+    }
     wt.token = self;
     wt.data = m; /* a broadcast may move us onto m's queue */
-    cond_push(c, &wt, m, deadline_ns != FERN_FOREVER);
+    /* A cancellable waiter (SOLO_CAS when untimed, wait.h) is counted as
+     * timed: it may leave c's queue by itself too. */
+    cond_push(c, &wt, m, deadline_ns != FERN_FOREVER || wt.p != &wt.own);
     /* Count ourselves in m until we hold it again (the destroy rule). */
     users_add(pm, m, 1, true);
     mutex_release_owned(m, pm, self);
@@ -114,7 +122,7 @@ static inline __attribute__((always_inline)) int cond_wait(fern_cond *c, fern_mu
     /* Ends the operation. */
     int st = waiter_wait_as(&wt, t, pc ? NULL : &c->lock_, deadline_ns);
     wait_note_t(t, NULL, NULL);
-    if (unlikely(st == W_TIMEDOUT)) {
+    if (unlikely(st == W_TIMEDOUT || st == W_CANCELED)) {
         caller_get(&me);
         pc = bias_enter(&c->bias_, &me);
         qlock(pc, &c->lock_);
@@ -130,8 +138,9 @@ static inline __attribute__((always_inline)) int cond_wait(fern_cond *c, fern_mu
         bias_end(&me);
         return 0;
     }
+    /* Not a cancellation point: a cancelled waiter takes m back first. */
     mutex_lock(m, FERN_FOREVER, true);
-    return st == W_TIMEDOUT ? ETIMEDOUT : 0;
+    return st == W_TIMEDOUT ? ETIMEDOUT : st == W_CANCELED ? ECANCELED : 0;
 }
 
 static __attribute__((noinline)) int cond_wait_other(fern_cond *c, fern_mutex *m,
@@ -192,8 +201,9 @@ int fern_cond_signal(fern_cond *c)
     if (wt) {
         if (unlikely(!wt->p->solo))
             return cond_signal_slow(c, me, mode, true);
-        waitq_claim_solo(&c->waiters_, wt);
-        c->waiting_--; /* cond_left: solo, so untimed */
+        if (unlikely(!(wt = waitq_claim_solo(&c->waiters_, wt))))
+            return cond_signal_slow(c, me, mode, true); /* nobody left to win */
+        cond_left(c, wt);
     }
     qunlock(mode, &c->lock_);
     bias_end(&me);
@@ -292,7 +302,9 @@ int fern_cond_broadcast(fern_cond *c)
         return EINVAL;
     /* Waiters on the mutex the caller holds become its heirs (see the
      * header); the others (none, unless waits used several mutexes) are
-     * woken to lock theirs. When every waiter is untimed and uses that
+     * woken to lock theirs. When every waiter is untimed, cannot be
+     * cancelled (a plain thread's, or a shielded green one's: a cancelled
+     * waiter leaves the queue by itself, as a timed one does) and uses that
      * mutex (cond_push) the queue moves over whole (cond_splice): a million
      * waiters, each on a cold stack of its own, took 0.06-0.07 s to walk
      * (0.15 s on stacks reused in no address order), all of it before the

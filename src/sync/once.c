@@ -33,6 +33,6 @@ int fern_call_once(fern_once *o, void (*fn)(void))
         spin_unlock(&o->lock_);
         return 0;
     }
-    queue_wait(&o->waiters_, &o->lock_, NULL, "once", o, FERN_FOREVER);
+    queue_wait(&o->waiters_, &o->lock_, NULL, "once", o, FERN_FOREVER, false);
     return 0;
 }

@@ -119,7 +119,7 @@ static int rw_rdlock(fern_rwlock *rw, int64_t deadline, bool try_only)
         spin_unlock(&rw->lock_);
         return try_only ? EBUSY : ETIMEDOUT;
     }
-    if (queue_wait(&rw->readq_, &rw->lock_, self, "rwlock (read)", rw, deadline) == W_TIMEDOUT)
+    if (queue_wait(&rw->readq_, &rw->lock_, self, "rwlock (read)", rw, deadline, false) == W_TIMEDOUT)
         return ETIMEDOUT;
     h = rdheld_get(true); /* the thread may have resumed elsewhere: same table */
     h->lock[h->n++] = rw;

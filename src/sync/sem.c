@@ -40,8 +40,8 @@ static int sem_take(fern_sem *s, int64_t deadline, bool try_only)
         spin_unlock(&s->lock_);
         return try_only ? EAGAIN : ETIMEDOUT;
     }
-    int st = queue_wait(&s->waiters_, &s->lock_, NULL, "sem", s, deadline);
-    return st == W_WOKEN ? 0 : ETIMEDOUT;
+    int st = queue_wait(&s->waiters_, &s->lock_, NULL, "sem", s, deadline, true);
+    return st == W_WOKEN ? 0 : st == W_CANCELED ? ECANCELED : ETIMEDOUT;
 }
 
 int fern_sem_wait(fern_sem *s) { return sem_take(s, FERN_FOREVER, false); }

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fern_sleep_until and fern_sleep_ns: a green thread parks on a waiter with
- * a deadline and nothing else (its timer wakes it, sched/timer.c); a plain
- * thread sleeps in the kernel.
+ * a deadline and nothing else (its timer wakes it, sched/timer.c, or a
+ * canceller: a cancellation point); a plain thread sleeps in the kernel.
  */
 #include "sync/sync.h"
 
@@ -22,12 +22,13 @@ int fern_sleep_until(int64_t deadline_ns)
     if (deadline_ns <= fern_now_ns())
         return 0;
     struct waiter wt;
-    waiter_init(&wt);
+    if (!waiter_init_cancellable(&wt, self))
+        return ECANCELED;
     STORE_RELAXED(&self->wait_what, "sleep");
     STORE_RELAXED(&self->wait_obj, NULL);
-    waiter_wait(&wt, NULL, deadline_ns);
+    int st = waiter_wait(&wt, NULL, deadline_ns);
     STORE_RELAXED(&self->wait_what, NULL);
-    return 0;
+    return st == W_CANCELED ? ECANCELED : 0;
 }
 
 int fern_sleep_ns(int64_t ns)

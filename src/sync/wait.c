@@ -136,6 +136,7 @@ static void after_wait(struct worker *w, fern_thread *prev, void *arg)
      * (watch/monitor.c) and the thread run elsewhere and reuse p's memory. */
     void (*unlock)(void *) = p->unlock;
     void *unlock_arg = p->unlock_arg;
+    STORE(&prev->run_state, T_PARKED); /* saved: see cancel_wake */
     if (p->timer.deadline != FERN_FOREVER)
         timer_add(w, &p->timer);
     if (unlock)
@@ -151,6 +152,7 @@ static void unlock_spin(void *l) { spin_unlock(l); }
  * the parking thread's operation on biased objects (bias.c). */
 void after_wait_spin(struct worker *w, fern_thread *prev, void *arg)
 {
+    STORE(&prev->run_state, T_PARKED); /* saved: see cancel_wake */
     if (arg)
         spin_unlock(arg);
     bias_idle(w);
@@ -167,14 +169,15 @@ static __attribute__((noinline)) int park_green(struct parker *p, fern_thread *s
     p->unlock_arg = arg;
     p->timer.fire = parker_timer_fire;
     p->timer.index = -1;
+    p->timer.owner = NULL;
     if (deadline != FERN_FOREVER)
         STORE_RELAXED(&self->wait_timed, 1);
     sched_park(after_wait, p);
     if (deadline != FERN_FOREVER)
         STORE_RELAXED(&self->wait_timed, 0);
     uint32_t st = LOAD(&p->state);
-    if (st == W_WOKEN && deadline != FERN_FOREVER)
-        timer_cancel(&p->timer);
+    if (st != W_TIMEDOUT && deadline != FERN_FOREVER)
+        timer_cancel(&p->timer); /* woken or cancelled: the timer may be armed */
     return (int)st;
 }
 
@@ -222,7 +225,7 @@ int parker_wait(struct parker *p, void (*unlock)(void *), void *arg, int64_t dea
 
 int waiter_wait(struct waiter *wt, uint32_t *lock, int64_t deadline)
 {
-    wt->p->solo = deadline == FERN_FOREVER && wt->p == &wt->own;
+    wt->p->solo = deadline != FERN_FOREVER ? 0 : wt->p == &wt->own ? SOLO_LOCKED : SOLO_CAS;
     return park(wt->p, lock ? unlock_spin : NULL, lock, deadline);
 }
 
@@ -320,18 +323,23 @@ void wait_note(const char *what, const void *obj) { wait_note_t(thread_current()
 
 /* The common wait: queue the caller on q (the caller holds *lock), park or
  * block until woken or the deadline (the lock is released once parked),
- * and on a timeout unlink the waiter again. Returns W_WOKEN or W_TIMEDOUT. */
+ * and on a timeout or a cancel unlink the waiter again (wait.h). */
 int queue_wait(fern_waitq *q, uint32_t *lock, void *token, const char *what,
-                      const void *obj, int64_t deadline)
+                      const void *obj, int64_t deadline, bool cancellable)
 {
     struct waiter wt;
-    waiter_init(&wt);
+    if (!cancellable) {
+        waiter_init(&wt);
+    } else if (!waiter_init_cancellable(&wt, thread_current())) {
+        spin_unlock(lock);
+        return W_CANCELED;
+    }
     wt.token = token;
     waitq_push(q, &wt);
     wait_note(what, obj);
     int st = waiter_wait(&wt, lock, deadline);
     wait_note(NULL, NULL);
-    if (st == W_TIMEDOUT) {
+    if (st != W_WOKEN) {
         spin_lock(lock);
         waitq_unlink(&wt);
         spin_unlock(lock);

@@ -7,26 +7,7 @@
 #define FERN_SYNC_WAIT_H
 
 #include "sched/sched.h"
-
-enum { W_WAITING = 0, W_CLAIMED = 1, W_WOKEN = 2, W_TIMEDOUT = 3 };
-
-/* One blocked party: a green thread (parked) or an OS thread (futex on
- * `state`). Its state leaves W_WAITING exactly once: to W_TIMEDOUT by its
- * timer, or to W_CLAIMED by a waker, who then fills in result/index (and the
- * waiter's data) and publishes W_WOKEN. */
-struct parker {
-    uint32_t state;
-    int32_t result;          /* set by the waker: 0 or an errno value */
-    int32_t index;           /* which waiter won (select case) */
-    uint8_t solo;            /* one waiter, no deadline: only a waiter holding
-                              * the queue's lock (or the one waker of a join
-                              * or a blocking job) can claim it, so the claim
-                              * needs no CAS */
-    fern_thread *thread;     /* NULL: an OS thread blocked on the futex */
-    void (*unlock)(void *);  /* run once the thread is parked */
-    void *unlock_arg;
-    struct timer timer;
-};
+#include "sched/parker.h"
 
 /* One place a parker waits: an entry on one wait queue. A select has one
  * waiter per case, all sharing one parker. */
@@ -70,6 +51,84 @@ static inline void waiter_init(struct waiter *wt)
     wt->heir = 0;
     parker_init(&wt->own);
 }
+/* Cancellation's side in a wait (the canceller's is thread/cancel.c).
+ *
+ * A cancellable wait of a green thread waits on the thread's own parker,
+ * t->cpark, which lives in the descriptor: a canceller claims it with the
+ * same CAS a waker or a timer uses (W_WAITING -> W_CANCELED: wake exactly
+ * once, invariant 2), so its wakers claim by CAS too: an untimed single
+ * waiter on it is SOLO_CAS, kept on the wakers' fast paths. The request itself is t->creq, sticky. A canceller
+ * sets it, then looks at the parker's state; parker_cancellable starts a
+ * wait by exchanging the state to W_WAITING, then looks at creq. Both are
+ * sequentially consistent (a store-buffer pattern), so at least one of
+ * them sees the other: either the wait sees the request and fails at once,
+ * or the canceller sees the wait and claims it (if both, one CAS of
+ * W_WAITING to W_CANCELED wins). A parker a waker claimed (W_CLAIMED: a
+ * condition waiter may stay claimed while it waits for its mutex) is left
+ * to its waker; the request fails the thread's next wait.
+ * A canceller that claims the parker readies the thread only once its park
+ * is saved (its post-switch action stores T_PARKED: invariant 1), so the
+ * wait that follows parker_cancellable must park, whatever happens: the
+ * callers take it last, holding the queue locks, right before they park.
+ * A cancelled wait unlinks its waiters itself, as a timed-out one does. */
+
+/* Whether green thread t (or NULL) must fail its next wait now: cancelled
+ * and not shielded. Read by t itself. */
+static inline bool cancel_due(const fern_thread *t)
+{
+    return t && !t->cshield && LOAD(&t->creq);
+}
+
+/* The parker for a wait of green thread t (NULL for a plain thread):
+ * t->cpark, set up for a wait, if t may be cancelled now, else `own`
+ * (initialised by the caller: a plain or shielded thread's wait, and the
+ * waits that are not cancellation points use that). Returns NULL if t is
+ * cancelled already: the caller then does not wait and fails with
+ * ECANCELED. See above for where it may be called. */
+static inline struct parker *parker_cancellable(fern_thread *t, struct parker *own)
+{
+    if (!t || unlikely(t->cshield))
+        return own;
+    struct parker *p = &t->cpark;
+    __atomic_exchange_n(&p->state, W_WAITING, __ATOMIC_SEQ_CST);
+    if (unlikely(__atomic_load_n(&t->creq, __ATOMIC_SEQ_CST))) {
+        uint32_t expect = W_WAITING;
+        if (CAS(&p->state, &expect, W_CANCELED))
+            return NULL;
+        /* A second canceller claimed the wait meanwhile: it readies us
+         * once we are parked, so we park (and find W_CANCELED). */
+    }
+    /* The rest is set where it is used: result and index by the waker
+     * (read only after W_WOKEN), thread and the deadline by the park,
+     * unlock and the timer by a timed park (park_green); the timer is
+     * unarmed between waits (index -1). solo by waiter_wait; 0 for
+     * parker_wait's shared waits. */
+    p->solo = 0;
+    return p;
+}
+
+/* waiter_init for a cancellable wait of t: wt's parker is
+ * parker_cancellable's. False if t is cancelled (wt then uses its own
+ * parker, and the caller must not wait on it). */
+static inline bool waiter_init_cancellable(struct waiter *wt, fern_thread *t)
+{
+    wt->next = wt->prev = NULL;
+    wt->q = NULL;
+    wt->data = NULL;
+    wt->token = NULL;
+    wt->since = 0;
+    wt->index = 0;
+    wt->heir = 0;
+    struct parker *p = parker_cancellable(t, &wt->own);
+    if (p == &wt->own || !p) {
+        parker_init(&wt->own);
+        wt->p = &wt->own;
+        return p != NULL;
+    }
+    wt->p = p;
+    return true;
+}
+
 /* Wait: the caller holds the queue locks and has queued its waiters; they are
  * released by unlock(arg) once the caller is parked. Returns W_WOKEN or
  * W_TIMEDOUT. A timed-out waiter is still linked (nobody but its own thread
@@ -83,7 +142,7 @@ int waiter_wait(struct waiter *wt, uint32_t *lock, int64_t deadline);
 static inline bool waiter_claim(struct waiter *wt)
 {
     struct parker *p = wt->p;
-    if (p->solo) {
+    if (p->solo == SOLO_LOCKED) {
         STORE_RELAXED(&p->state, W_CLAIMED);
     } else {
         uint32_t expect = W_WAITING;
@@ -138,9 +197,17 @@ void waitq_unlink_in(fern_waitq *q, struct waiter *wt);
  * won are left linked for their own threads to unlink (see wait.c). */
 struct waiter *waitq_claim_one_slow(fern_waitq *q);
 /* waitq_claim_one when q's head is wt, a solo waiter: unlink it and win it
- * outright. */
+ * (outright if SOLO_LOCKED; a SOLO_CAS one a canceller may have won: then
+ * the first waiter after it that can be won, or NULL). */
 static inline struct waiter *waitq_claim_solo(fern_waitq *q, struct waiter *wt)
 {
+    if (wt->p->solo == SOLO_CAS) {
+        uint32_t expect = W_WAITING;
+        if (unlikely(!CAS(&wt->p->state, &expect, W_CLAIMED)))
+            return waitq_claim_one_slow(q);
+    } else {
+        STORE_RELAXED(&wt->p->state, W_CLAIMED);
+    }
     struct waiter *n = wt->next;
     q->head = n;
     if (n)
@@ -149,7 +216,6 @@ static inline struct waiter *waitq_claim_solo(fern_waitq *q, struct waiter *wt)
         q->tail = NULL;
     wt->q = NULL;
     wt->next = NULL;
-    STORE_RELAXED(&wt->p->state, W_CLAIMED);
     wt->p->index = wt->index;
     return wt;
 }
@@ -205,7 +271,7 @@ static inline __attribute__((always_inline)) int waiter_wait_as(struct waiter *w
 {
     if (!t || deadline != FERN_FOREVER)
         return waiter_wait(wt, lock, deadline);
-    wt->p->solo = wt->p == &wt->own;
+    wt->p->solo = wt->p == &wt->own ? SOLO_LOCKED : SOLO_CAS;
     return parker_park_untimed(wt->p, t, lock);
 }
 
@@ -222,8 +288,11 @@ static inline void wait_note_t(fern_thread *t, const char *what, const void *obj
 void wait_note(const char *what, const void *obj);
 /* The common wait: queue the caller on q (the caller holds *lock), park or
  * block until woken or the deadline (the lock is released once parked),
- * and on a timeout unlink the waiter again. Returns W_WOKEN or W_TIMEDOUT. */
+ * and on a timeout unlink the waiter again. `cancellable`: the wait is a
+ * cancellation point (it then returns W_CANCELED, its lock released, if
+ * the caller is or gets cancelled). Returns W_WOKEN, W_TIMEDOUT or
+ * W_CANCELED. */
 int queue_wait(fern_waitq *q, uint32_t *lock, void *token, const char *what, const void *obj,
-               int64_t deadline);
+               int64_t deadline, bool cancellable);
 
 #endif

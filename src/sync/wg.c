@@ -53,8 +53,8 @@ int fern_wg_timedwait(fern_wg *wg, int64_t deadline_ns)
         spin_unlock(&wg->lock_);
         return ETIMEDOUT;
     }
-    int st = queue_wait(&wg->waiters_, &wg->lock_, NULL, "wait group", wg, deadline_ns);
-    return st == W_WOKEN ? 0 : ETIMEDOUT;
+    int st = queue_wait(&wg->waiters_, &wg->lock_, NULL, "wait group", wg, deadline_ns, true);
+    return st == W_WOKEN ? 0 : st == W_CANCELED ? ECANCELED : ETIMEDOUT;
 }
 
 int fern_wg_wait(fern_wg *wg) { return fern_wg_timedwait(wg, FERN_FOREVER); }

@@ -303,6 +303,9 @@ int fern_spawn(fern_thread **out, const fern_attr *attr, fern_fn fn, void *arg)
     t->rescued = 0;
     STORE_RELAXED(&t->wait_what, NULL);
     t->joiner = NULL;
+    t->cshield = 0;
+    t->creq = 0;
+    t->cpark.state = W_WOKEN; /* not waiting */
     t->keys = NULL;
     t->rdheld = NULL;
     STORE_RELAXED(&t->id, next_id(w)); /* read by the deadlock watch (watch/deadlock.c) */
@@ -344,11 +347,15 @@ static void after_exit(struct worker *w, fern_thread *prev, void *arg)
     prev->life |= L_EXITED;
     bool detached = prev->life & L_DETACHED;
     struct waiter *j = prev->joiner;
+    /* Claimed under tlock: a joiner that was cancelled instead leaves
+     * under tlock (fern_join_body), and its waiter is gone after that. */
+    if (j && !waiter_claim(j))
+        j = NULL;
     spin_unlock(&prev->tlock);
     if (detached)
         thread_free(w, prev);
     else if (j)
-        waiter_wake_tail(j);
+        waiter_release_inline(j, 0, true);
 }
 
 static void thread_finish(fern_thread *self, void *ret) __attribute__((noreturn));
@@ -392,19 +399,32 @@ int fern_join_body(fern_thread *t, void **ret)
         spin_unlock(&t->tlock);
         return EINVAL;
     }
-    t->life |= L_JOINING;
     if (!(t->life & L_EXITED)) {
         struct waiter wt;
-        waiter_init(&wt);
+        if (!waiter_init_cancellable(&wt, self)) {
+            spin_unlock(&t->tlock);
+            return ECANCELED;
+        }
+        t->life |= L_JOINING;
         t->joiner = &wt;
         if (self) {
             STORE_RELAXED(&self->wait_what, "join");
             STORE_RELAXED(&self->wait_obj, t);
         }
-        waiter_wait(&wt, &t->tlock, FERN_FOREVER);
+        int st = waiter_wait(&wt, &t->tlock, FERN_FOREVER);
         if (self)
             STORE_RELAXED(&self->wait_what, NULL);
+        if (st == W_CANCELED) {
+            /* The exiting thread, if it came, failed its claim under tlock
+             * and does not touch wt after it. t stays joinable. */
+            spin_lock(&t->tlock);
+            t->joiner = NULL;
+            t->life &= ~(uint32_t)L_JOINING;
+            spin_unlock(&t->tlock);
+            return ECANCELED;
+        }
     } else {
+        t->life |= L_JOINING;
         spin_unlock(&t->tlock);
     }
     if (ret)

@@ -462,3 +462,62 @@ TEST(SelectIoStress, SelectsRacingWriters) {
 }
 
 } // namespace
+
+namespace {
+
+// fern_cancel wakes a select that waits on a socket, a ticker, a deadline
+// case and a channel (-ECANCELED), within the 5 ms on an idle
+// machine (the bound here is 1 s: a loaded 2-core CI machine, sanitizers);
+// its next select that would wait fails at once, a ready one still fires,
+// fern_ticker_wait says ECANCELED; nothing stays on the fd or the ticker.
+TEST(SelectIoCancel, CancelWakesSelectOnFdsAndTimers) {
+    ASSERT_EQ(0, run_green([&] {
+        Pair p = unix_pair();
+        fern_ticker *tk = nullptr;
+        ASSERT_EQ(0, fern_ticker_create(&tk, ms(1000000)));
+        fern_chan *ch = nullptr;
+        ASSERT_EQ(0, fern_chan_create(&ch, sizeof(int), 1));
+        std::atomic<int> parked{0};
+        int r1 = 0, r2 = 0, r3 = 0, r4 = 0, r5 = 0;
+        int64_t woke = 0;
+        fern_thread *t = nullptr;
+        ASSERT_EQ(0, spawn(&t, nullptr, [&] {
+            fern_select_case cs[4] = {fd_case(p.a, FERN_FD_READABLE), {},
+                                      deadline_case(fern_now_ns() + ms(20000)), recv_case(ch, nullptr)};
+            cs[1].ticker = tk;
+            cs[1].op = FERN_TICK;
+            parked = 1;
+            r1 = fern_select(cs, 4, FERN_FOREVER);
+            woke = fern_now_ns();
+            r2 = fern_select(cs, 4, FERN_FOREVER);         // would wait: fails at once
+            fern_select_case only_ch = recv_case(ch, nullptr); // the channel-only path
+            r3 = fern_select(&only_ch, 1, FERN_FOREVER);
+            r4 = fern_ticker_wait(tk, nullptr, FERN_FOREVER);
+            int v = 5;
+            EXPECT_EQ(0, fern_chan_send(ch, &v));
+            r5 = fern_select(cs, 4, FERN_FOREVER);          // ready: fires
+        }));
+        while (!parked.load())
+            fern_yield();
+        fern_sleep_ns(ms(10)); // parked in the select by now
+        int64_t t0 = fern_now_ns();
+        ASSERT_EQ(0, fern_cancel(t));
+        ASSERT_EQ(0, fern_join(t, nullptr));
+        EXPECT_EQ(-ECANCELED, r1);
+        EXPECT_LT(woke - t0, ms(1000)) << "cancel took " << (woke - t0) / 1000 << " us";
+        EXPECT_EQ(-ECANCELED, r2);
+        EXPECT_EQ(-ECANCELED, r3);
+        EXPECT_EQ(ECANCELED, r4);
+        EXPECT_EQ(3, r5) << "a ready case fires even when cancelled";
+        // Nothing left: the ticker has no waiter, edges find none.
+        EXPECT_EQ(0, fern_ticker_destroy(tk));
+        ASSERT_EQ(1, write(p.b, "x", 1));
+        char c;
+        EXPECT_EQ(1, fern_read(p.a, &c, 1));
+        fern_close(p.a);
+        close(p.b);
+        EXPECT_EQ(0, fern_chan_destroy(ch));
+    }));
+}
+
+} // namespace

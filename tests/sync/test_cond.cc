@@ -457,6 +457,9 @@ TEST(Cond, BroadcastMovesUntimedQueueWholeInOrder) {
         inside--;
     };
     auto waiter = [&] {
+        // Shielded: a green thread's cancellable wait may leave the queue by
+        // itself (fern_cancel), so only shielded ones are moved whole.
+        int was = fern_cancel_shield(1);
         fern_mutex_lock(&m);
         int me = tickets++;
         while (!go)
@@ -464,6 +467,7 @@ TEST(Cond, BroadcastMovesUntimedQueueWholeInOrder) {
         order.push_back(me);
         enter();
         if (fern_mutex_unlock(&m) != 0) errors++;
+        fern_cancel_shield(was);
     };
     std::vector<fern_thread *> ts(GREEN);
     for (int i = 0; i < GREEN; i++) ASSERT_EQ(0, spawn_on(&ts[i], (i & 1) ? cl : nullptr, waiter));
@@ -558,6 +562,7 @@ TEST(Cond, DestroyedAfterBroadcastWhileHeirsWait) {
         std::vector<fern_thread *> ts(N);
         for (int i = 0; i < N; i++)
             ASSERT_EQ(0, spawn(&ts[i], nullptr, [&, i] {
+                fern_cancel_shield(1); // moved whole only if not cancellable
                 fern_mutex_lock(&m);
                 waiting++;
                 while (!go) {
