@@ -645,8 +645,10 @@ int fern_ticker_reset(fern_ticker *t, int64_t period_ns);
 int fern_ticker_stop(fern_ticker *t);
 /* Wait for the next tick and take it (a fern_select of one FERN_TICK case).
  * *ticks (if not NULL) as for FERN_TICK. Return 0; ETIMEDOUT if the
- * deadline passed first (no tick taken); EINVAL if t is NULL or the
- * deadline is negative. On a stopped ticker it waits for a reset. */
+ * deadline passed first (no tick taken); ECANCELED if the calling green
+ * thread is cancelled (fern_cancel) before a tick comes; EINVAL if t is
+ * NULL or the deadline is negative. On a stopped ticker it waits for a
+ * reset. */
 int fern_ticker_wait(fern_ticker *t, uint64_t *ticks, int64_t deadline_ns);
 
 /* What a select case waits for. 0 and 3 to 7 are not ops (they never
@@ -708,8 +710,12 @@ typedef struct fern_select_case {
  * fern_ticker_destroy); stopping it is not: the case never fires until a
  * reset.
  *
+ * A select is a cancellation point (fern_cancel): a cancelled green thread's
+ * select that would wait returns -ECANCELED, whatever its cases (one that
+ * can fire at once still fires), and leaves nothing behind on them.
+ *
  * Returns the index of the case that fired (>= 0); -ETIMEDOUT if none became
- * ready by the deadline; -ENOMEM if the waiters of more than 8 cases cannot
+ * ready by the deadline; -ECANCELED (above); -ENOMEM if the waiters of more than 8 cases cannot
  * be allocated; -EINVAL if cases is NULL with n > 0, n exceeds
  * FERN_SELECT_MAX, an op is invalid, a send case has a channel and no elem,
  * a FERN_DEADLINE case's deadline or the deadline argument is negative, or
