@@ -49,9 +49,11 @@
  * by someone else) and takes a tick only if it is there. So a descriptor
  * case fires only when poll(2) says the fd is ready, and a tick goes to
  * exactly one taker. On wake-up the select relocks every object where it
- * still has waiters and unlinks them: not the channel or ticker whose
- * waker claimed it, which may be destroyed by now (the destroy rule,
- * sync/wait.c); fd entries live as long as the runtime, and pollers that
+ * still has waiters and unlinks them: not the channel whose waker claimed
+ * it, which may be destroyed by now (the destroy rule, sync/wait.c), nor
+ * the ticker (the same rule; a ticker also counts the select in for its
+ * whole call, ticker_enter, so that it outlives the rounds a reset or
+ * stop causes); fd entries live as long as the runtime, and pollers that
  * an edge could not claim are unlinked by it anyway (pq_claim). Nothing
  * stays behind when a select returns through any case: no waiter, no count
  * in IO.waiters; the fd's registration is the one every fern_* call makes,
