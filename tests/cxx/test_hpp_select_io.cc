@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT
 // fern.hpp's select over descriptors and timers: readable_case,
 // writable_case, deadline_case and tick_case beside recv_case, each first;
-// a closed descriptor throws EBADF; fern::ticker's waits, counts, reset,
-// stop and errors.
+// a closed descriptor throws EBADF; a cancelled select throws ECANCELED;
+// fern::ticker's waits, counts, reset, stop and errors.
 #include <fern/fern.hpp>
 
 #include "fern_test.h"
+
+#include <atomic>
 
 #include <fcntl.h>
 #include <sys/socket.h>
@@ -83,6 +85,32 @@ TEST(HppSelectIo, WritableAndClosedDescriptor)
         EXPECT_EQ(1u, fern::select(fern::readable_case(s.a), fern::deadline_case(10ms)));
         // Nothing can ever fire: EINVAL.
         EXPECT_ERRNO_THROW(fern::select(fern::readable_case(-1)), EINVAL);
+    }));
+}
+
+// A cancelled thread's fern::select over a socket and a ticker throws
+// std::system_error ECANCELED (std::errc::operation_canceled).
+TEST(HppSelectIo, CancelThrowsOperationCanceled)
+{
+    ASSERT_EQ(0, fern_test::run_green([] {
+        Sockets s;
+        fern::ticker t(std::chrono::hours(1));
+        std::atomic<bool> in{false}, threw{false};
+        fern::thread waiter([&] {
+            in = true;
+            try {
+                fern::select(fern::readable_case(s.a), fern::tick_case(t),
+                             fern::deadline_case(std::chrono::seconds(30)));
+            } catch (const std::system_error &e) {
+                threw = e.code() == std::errc::operation_canceled;
+            }
+        });
+        while (!in.load())
+            fern_yield();
+        fern_sleep_ns(10000000);
+        ASSERT_EQ(0, fern_cancel(waiter.native_handle()));
+        waiter.join();
+        EXPECT_TRUE(threw.load());
     }));
 }
 

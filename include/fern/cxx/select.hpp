@@ -72,7 +72,9 @@ namespace fern {
  *
  * An exception from a handler propagates (after every unsent value has been
  * given back). Throws std::system_error EINVAL for an impossible select (no
- * case that can ever fire and no timeout: it could never return).
+ * case that can ever fire and no timeout: it could never return), and
+ * ECANCELED (std::errc::operation_canceled) when the calling green thread
+ * is cancelled (fern_cancel) while it would wait.
  *
  * A handler waiting for a socket, a control channel and a deadline at once:
  *
