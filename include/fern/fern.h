@@ -703,13 +703,66 @@ int fern_chan_timedrecv(fern_chan *ch, void *elem, int64_t deadline_ns);
 size_t fern_chan_len(fern_chan *ch);
 size_t fern_chan_cap(fern_chan *ch);
 
-typedef enum fern_select_op { FERN_SEND = 1, FERN_RECV = 2 } fern_select_op;
+/* Tickers (Go's time.Ticker): a periodic timer that fern_select waits on
+ * (a FERN_TICK case) or fern_ticker_wait. A ticker holds no thread and no
+ * timer of its own: it is a period and the time of its next tick, and the
+ * threads waiting on it sleep until then. A tick goes to exactly one taker
+ * (as a channel element would). A slow taker never finds a backlog: ticks
+ * that came while nobody took one are dropped (as Go's ticker does), the
+ * next tick stays on the ticker's original period boundaries, and the
+ * taker learns how many boundaries passed (`ticks`, below). */
+typedef struct fern_ticker fern_ticker;
+
+/* Create a ticker whose first tick comes period_ns from now, then every
+ * period_ns. Return 0; EINVAL if t is NULL or period_ns <= 0; ENOMEM. */
+int fern_ticker_create(fern_ticker **t, int64_t period_ns);
+/* Free a ticker, as fern_chan_destroy frees a channel: it first waits for
+ * selects that are leaving it, or that a reset or stop woke to look at it
+ * again (until they block again or return). Return 0; EINVAL if t is NULL;
+ * EBUSY while a select or fern_ticker_wait is blocked on it (the ticker is
+ * not freed then; stopping it does not unblock them: wake them through
+ * another case, and try again). */
+int fern_ticker_destroy(fern_ticker *t);
+/* Restart the ticker with a new period: the next tick comes period_ns from
+ * now; a tick not yet taken is dropped. Threads blocked on it wait for the
+ * new tick. Return 0; EINVAL if t is NULL or period_ns <= 0 (the ticker is
+ * unchanged then). */
+int fern_ticker_reset(fern_ticker *t, int64_t period_ns);
+/* Stop the ticker: no tick comes until fern_ticker_reset; a tick not yet
+ * taken is dropped. Threads blocked on it go on waiting (on their other
+ * cases, their deadline, or a reset), as on a stopped Go ticker. Stopping
+ * twice is harmless. Return 0; EINVAL if t is NULL. */
+int fern_ticker_stop(fern_ticker *t);
+/* Wait for the next tick and take it (a fern_select of one FERN_TICK case).
+ * *ticks (if not NULL) as for FERN_TICK. Return 0; ETIMEDOUT if the
+ * deadline passed first (no tick taken); ECANCELED if the calling green
+ * thread is cancelled (fern_cancel) before a tick comes; EINVAL if t is
+ * NULL or the deadline is negative. On a stopped ticker it waits for a
+ * reset. */
+int fern_ticker_wait(fern_ticker *t, uint64_t *ticks, int64_t deadline_ns);
+
+/* What a select case waits for. 0 and 3 to 7 are not ops (they never
+ * were: programs may rely on fern_select refusing them). */
+typedef enum fern_select_op {
+    FERN_SEND = 1,        /* send *elem on chan */
+    FERN_RECV = 2,        /* receive from chan into elem */
+    FERN_FD_READABLE = 8, /* fd is readable (poll(2)'s POLLIN, or hang-up, error) */
+    FERN_FD_WRITABLE = 9, /* fd is writable (POLLOUT, or hang-up, error) */
+    FERN_DEADLINE = 10,    /* the clock reached deadline (Go's time.After) */
+    FERN_TICK = 11,        /* ticker has a tick: take it */
+} fern_select_op;
 
 typedef struct fern_select_case {
-    fern_chan *chan;          /* NULL: the case is never ready (as a nil channel in Go) */
+    union {                   /* what the case waits on, by op: */
+        fern_chan *chan;      /* FERN_SEND, FERN_RECV; NULL: never ready (as a nil channel in Go) */
+        int fd;               /* FERN_FD_*; negative: never ready (as in poll(2)) */
+        int64_t deadline;     /* FERN_DEADLINE: absolute (fern_now_ns() based); FERN_FOREVER: never */
+        fern_ticker *ticker;  /* FERN_TICK; NULL: never ready */
+    };
     fern_select_op op;
-    void *elem;               /* FERN_SEND: element to send; FERN_RECV: where to receive (may be NULL) */
-    int result;               /* out: 0, or EPIPE for the case that fired on a closed channel */
+    void *elem;               /* FERN_SEND: element to send; FERN_RECV: where to receive (may be NULL);
+                               * FERN_TICK: a uint64_t receiving the tick count (may be NULL); else unused */
+    int result;               /* out: 0, or for the case that fired: EPIPE (closed channel), EBADF (fd) */
 } fern_select_case;
 
 /* NOTE: unlike every other fern call, fern_select returns a NEGATIVE errno
@@ -721,12 +774,44 @@ typedef struct fern_select_case {
  * receive on a closed, drained channel is ready and fires with result EPIPE;
  * a send on a closed channel is ready and fires with result EPIPE (nothing
  * sent). deadline 0 (or any past deadline) makes it non-blocking.
+ *
+ * Descriptor cases (FERN_FD_READABLE, FERN_FD_WRITABLE) report readiness,
+ * as poll(2) would, and transfer nothing: read or write afterwards (a
+ * readiness may be gone by then if another thread took the data; fern_read
+ * then waits again). The fd is registered as by any fern_* I/O call (made
+ * O_NONBLOCK, kept until fern_close: close it with fern_close). For both
+ * directions give two cases. Any number of selects and fern_* calls may
+ * wait on one fd at once: each edge wakes all of them, none takes it from
+ * another, and a select that returns through another case leaves nothing
+ * registered behind. A case whose fd is not open fires with result EBADF, as
+ * does one whose fd is closed with fern_close while the select waits
+ * (closing it with close(2) instead wakes nobody); a regular file is always
+ * ready, as in poll(2). The first descriptor case starts the runtime if it
+ * is not running (a failure fires the case with that error).
+ *
+ * Timer cases. FERN_DEADLINE fires once the clock has reached its deadline
+ * (it stays ready: in a loop, keep the deadline of the first round, as Go's
+ * time.After channel is made once). FERN_TICK takes the ticker's tick and
+ * stores in *elem (if not NULL) how many ticks came since the one taken
+ * last: 1 when the taker keeps up, k > 1 when k - 1 were dropped. Unlike the
+ * deadline argument (-ETIMEDOUT) they fire as cases, with their index, so
+ * one select can tell a request's deadline from a keep-alive tick.
+ * Destroying a ticker while a select waits on it is refused (EBUSY,
+ * fern_ticker_destroy); stopping it is not: the case never fires until a
+ * reset.
+ *
+ * A select is a cancellation point (fern_cancel): a cancelled green thread's
+ * select that would wait returns -ECANCELED, whatever its cases (one that
+ * can fire at once still fires), and leaves nothing behind on them.
+ *
  * Returns the index of the case that fired (>= 0); -ETIMEDOUT if none became
- * ready by the deadline; -EINVAL if cases is NULL with n > 0, n exceeds
- * FERN_SELECT_MAX, an op is invalid, or n is 0 (or every chan NULL) with
- * deadline FERN_FOREVER (it could never return); -ECANCELED if the calling
- * green thread is cancelled (fern_cancel) while it would wait (no case
- * fired). */
+ * ready by the deadline; -ECANCELED (above); -ENOMEM if the waiters of more than 8 cases cannot
+ * be allocated; -EINVAL if cases is NULL with n > 0, n exceeds
+ * FERN_SELECT_MAX, an op is invalid, a send case has a channel and no elem,
+ * a FERN_DEADLINE case's deadline or the deadline argument is negative, or
+ * no case can ever be ready (n is 0, every chan and ticker NULL, every fd
+ * negative, every deadline FERN_FOREVER) and the deadline is FERN_FOREVER
+ * (it could never return). */
 int fern_select(fern_select_case *cases, size_t n, int64_t deadline_ns);
 #define FERN_SELECT_MAX 64
 

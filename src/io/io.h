@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The I/O layer's private interface, shared by its four files:
+ * The I/O layer's private interface, shared by its files:
  *  - fdtab.c: the fd-indexed table of entries, registration, the
  *    per-direction state words and why no edge is lost (its header comment);
  *  - poller.c: the process's epoll set and how the scheduler polls it;
  *  - io.c: the fern_* fd calls that park;
- *  - iohook.c: the entry points lent to fern-hook (hookapi.h).
+ *  - iohook.c: the entry points lent to fern-hook (hookapi.h);
+ *  - select.c: fern_select (channels, tickers, descriptors, deadlines);
  *  - blocking.c: fern_blocking's helper kernel threads;
  *  - uring.c: the io_uring rings, one per worker index;
  *  - file.c: file system calls off the worker (fern_pread, fern-hook's

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Channels and select, with Go's semantics.
+ * Channels, with Go's semantics. fern_select, which waits on channels among
+ * other things, is in io/select.c; what it needs of a channel (the layout,
+ * the attempts under the lock) is in chan.h.
  *
  * A channel is a ring of `cap` elements plus two wait queues (blocked senders,
  * blocked receivers) under one spin lock. Invariants under the lock: if
@@ -15,15 +17,9 @@
  * elsewhere loses the claim and is skipped, so every element is delivered
  * exactly once.
  *
- * select: lock every distinct channel in address order (no lock-order
- * deadlock between two selects), poll the cases in a random order and fire the
- * first ready one; otherwise queue one waiter per case, all sharing one
- * parker, and park; the channel locks are released after the switch. The
- * first party to claim the parker decides which case fired (its waker
- * unlinks that waiter); on wake-up the select relocks the channels where it
- * still has waiters, not the one that fired (it may be destroyed already),
- * and unlinks them. Close and every waker leave a waiter they could not
- * claim linked, for its own thread to unlink: destroy waits until then.
+ * A select (io/select.c) queues one waiter per case, sharing one parker:
+ * close and every waker leave a waiter they could not claim linked, for its
+ * own thread to unlink, and destroy waits until then.
  *
  * Biased channels. Like a mutex (bias.c), a channel used only by the green
  * threads of a one-worker cluster is biased to that worker: its operations
@@ -42,17 +38,7 @@
  * wait_what/wait_obj notes are relaxed: fern_dump reads them for display
  * only.
  */
-#include "sync/sync.h"
-
-struct fern_chan {
-    uint32_t lock;
-    uint32_t bias_; /* see bias.c */
-    uint32_t closed;
-    size_t elem_size, cap;
-    size_t head, count;
-    fern_waitq recvq, sendq;
-    char *buf;
-};
+#include "sync/chan.h"
 
 int fern_chan_create(fern_chan **out, size_t elem_size, size_t capacity)
 {
@@ -148,77 +134,6 @@ size_t fern_chan_len(fern_chan *ch)
 }
 
 size_t fern_chan_cap(fern_chan *ch) { return ch ? ch->cap : 0; }
-
-static inline char *slot(fern_chan *ch, size_t i) { return ch->buf + (i % ch->cap) * ch->elem_size; }
-
-/* Copy one element; the common small sizes without a call. */
-static inline void elem_copy(fern_chan *ch, void *dst, const void *src)
-{
-    switch (ch->elem_size) {
-    case 8:
-        memcpy(dst, src, 8);
-        break;
-    case 4:
-        memcpy(dst, src, 4);
-        break;
-    case 16:
-        memcpy(dst, src, 16);
-        break;
-    default:
-        memcpy(dst, src, ch->elem_size);
-    }
-}
-
-static inline void copy_out(fern_chan *ch, void *dst, const void *src)
-{
-    if (dst)
-        elem_copy(ch, dst, src);
-}
-
-/* Under the lock: try to send now. Returns 0 (sent), EPIPE (closed) or
- * EAGAIN (would wait). *wake is a claimed receiver to release after unlock. */
-static inline __attribute__((always_inline)) int try_send_locked(fern_chan *ch, const void *elem, struct waiter **wake)
-{
-    if (ch->closed)
-        return EPIPE;
-    struct waiter *r = waitq_claim_one(&ch->recvq);
-    if (r) {
-        copy_out(ch, r->data, elem);
-        *wake = r;
-        return 0;
-    }
-    if (ch->count < ch->cap) {
-        elem_copy(ch, slot(ch, ch->head + ch->count), elem);
-        ch->count++;
-        return 0;
-    }
-    return EAGAIN;
-}
-
-/* Under the lock: try to receive now. Returns 0, EPIPE (closed and drained)
- * or EAGAIN. *wake is a claimed sender to release after unlock. */
-static inline __attribute__((always_inline)) int try_recv_locked(fern_chan *ch, void *elem, struct waiter **wake)
-{
-    if (ch->count > 0) {
-        copy_out(ch, elem, slot(ch, ch->head));
-        ch->head = (ch->head + 1) % ch->cap;
-        ch->count--;
-        struct waiter *s = waitq_claim_one(&ch->sendq);
-        if (s) {
-            elem_copy(ch, slot(ch, ch->head + ch->count), s->data);
-            ch->count++;
-            *wake = s;
-        }
-        return 0;
-    }
-    struct waiter *s = waitq_claim_one(&ch->sendq);
-    if (s) {
-        copy_out(ch, elem, s->data);
-        *wake = s;
-        return 0;
-    }
-    return ch->closed ? EPIPE : EAGAIN;
-}
 
 /* chan_op once the attempt under the lock found nothing to do now: the
  * caller holds ch's lock; q is the queue to wait in (sendq or recvq) and
@@ -366,168 +281,6 @@ int fern_chan_tryrecv(fern_chan *ch, void *elem) { return chan_op(ch, elem, fals
 int fern_chan_timedrecv(fern_chan *ch, void *elem, int64_t deadline_ns)
 {
     return chan_op(ch, elem, false, deadline_ns, false);
-}
-
-/* ------------------------------------------------------------------------ */
-/* select                                                                    */
-/* ------------------------------------------------------------------------ */
-
-struct lockset {
-    fern_chan *ch[FERN_SELECT_MAX];
-    size_t n;
-};
-
-static void lockset_unlock(void *arg)
-{
-    struct lockset *ls = arg;
-    for (size_t i = ls->n; i-- > 0;)
-        spin_unlock(&ls->ch[i]->lock);
-}
-
-static void lockset_lock(struct lockset *ls)
-{
-    for (size_t i = 0; i < ls->n; i++)
-        spin_lock(&ls->ch[i]->lock);
-}
-
-static uint64_t rand_next(void)
-{
-    static __thread uint64_t x;
-    if (!x)
-        x = (uint64_t)fern_now_ns() ^ (uint64_t)(uintptr_t)&x ^ 0x9e3779b97f4a7c15ull;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return x;
-}
-
-int fern_select(fern_select_case *cases, size_t n, int64_t deadline_ns)
-{
-    if ((!cases && n) || n > FERN_SELECT_MAX || deadline_ns < 0)
-        return -EINVAL;
-    struct lockset ls;
-    uint8_t order[FERN_SELECT_MAX];
-    ls.n = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (cases[i].op != FERN_SEND && cases[i].op != FERN_RECV)
-            return -EINVAL;
-        if (cases[i].op == FERN_SEND && cases[i].chan && !cases[i].elem)
-            return -EINVAL;
-        cases[i].result = 0;
-        fern_chan *c = cases[i].chan;
-        if (!c)
-            continue;
-        /* insertion into the sorted, distinct lock order */
-        size_t j = 0;
-        while (j < ls.n && ls.ch[j] < c)
-            j++;
-        if (j < ls.n && ls.ch[j] == c)
-            continue;
-        memmove(&ls.ch[j + 1], &ls.ch[j], (ls.n - j) * sizeof ls.ch[0]);
-        ls.ch[j] = c;
-        ls.n++;
-    }
-    if (ls.n == 0) {
-        if (deadline_ns == FERN_FOREVER)
-            return -EINVAL;
-        fern_sleep_until(deadline_ns);
-        return -ETIMEDOUT;
-    }
-    /* Its channels in shared mode for good, before any lock is taken (a
-     * revocation waits for the owner's operation to end): it locks them
-     * all, and its waiters sit on several at once. */
-    for (size_t k = 0; k < ls.n; k++)
-        bias_settle(&ls.ch[k]->bias_, 0);
-    /* Poll in a uniformly random order (Fisher-Yates). */
-    for (size_t i = 0; i < n; i++) {
-        size_t j = (size_t)(rand_next() % (i + 1));
-        order[i] = (uint8_t)i;
-        uint8_t x = order[i];
-        order[i] = order[j];
-        order[j] = x;
-    }
-    lockset_lock(&ls);
-    for (size_t k = 0; k < n; k++) {
-        fern_select_case *c = &cases[order[k]];
-        if (!c->chan)
-            continue;
-        struct waiter *wake = NULL;
-        int r = c->op == FERN_SEND ? try_send_locked(c->chan, c->elem, &wake)
-                                   : try_recv_locked(c->chan, c->elem, &wake);
-        if (r == EAGAIN)
-            continue;
-        lockset_unlock(&ls);
-        if (wake)
-            waiter_release(wake, 0);
-        c->result = r;
-        return order[k];
-    }
-    if (deadline_ns != FERN_FOREVER && fern_now_ns() >= deadline_ns) {
-        lockset_unlock(&ls);
-        return -ETIMEDOUT;
-    }
-    struct waiter stackw[8];
-    struct waiter *w = n <= 8 ? stackw : malloc(n * sizeof *w);
-    if (!w) {
-        lockset_unlock(&ls);
-        return -ENOMEM;
-    }
-    struct parker own, *p;
-    parker_init(&own);
-    fern_thread *self = thread_current();
-    if (!(p = parker_cancellable(self, &own))) {
-        lockset_unlock(&ls);
-        if (w != stackw)
-            free(w);
-        return -ECANCELED;
-    }
-    for (size_t i = 0; i < n; i++) {
-        waiter_init(&w[i]);
-        if (!cases[i].chan)
-            continue;
-        w[i].p = p;
-        w[i].index = (int32_t)i;
-        w[i].data = cases[i].elem;
-        waitq_push(cases[i].op == FERN_SEND ? &cases[i].chan->sendq : &cases[i].chan->recvq,
-                   &w[i]);
-    }
-    if (self) {
-        STORE_RELAXED(&self->wait_what, "select");
-        STORE_RELAXED(&self->wait_obj, cases);
-    }
-    int st = parker_wait(p, lockset_unlock, &ls, deadline_ns);
-    if (self)
-        STORE_RELAXED(&self->wait_what, NULL);
-    /* Unlink the waiters nobody won (the destroy rule, wait.c). The case
-     * that fired was unlinked by its waker, and its channel may be closed
-     * and destroyed by now: relock it only if another case still waits
-     * there. A lockset of its own: the post-switch unlock may still be
-     * reading ls (it releases the locks one by one, and we may have been
-     * woken through one already released); it is done with a channel once
-     * it has unlocked it, and we relock every other one. */
-    int fired = st == W_WOKEN ? p->index : -1;
-    fern_chan *fc = fired >= 0 ? cases[fired].chan : NULL;
-    for (size_t i = 0; fc && i < n; i++)
-        if ((int)i != fired && cases[i].chan == fc)
-            fc = NULL; /* another case waits there too */
-    struct lockset left;
-    left.n = 0;
-    for (size_t k = 0; k < ls.n; k++)
-        if (ls.ch[k] != fc)
-            left.ch[left.n++] = ls.ch[k];
-    lockset_lock(&left);
-    for (size_t i = 0; i < n; i++)
-        if ((int)i != fired)
-            waitq_unlink(&w[i]);
-    lockset_unlock(&left);
-    if (w != stackw)
-        free(w);
-    if (st == W_TIMEDOUT)
-        return -ETIMEDOUT;
-    if (st == W_CANCELED)
-        return -ECANCELED;
-    cases[p->index].result = p->result;
-    return p->index;
 }
 
 #if !ARCH_JUMP_RETURN

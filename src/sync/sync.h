@@ -10,7 +10,8 @@
  *   barrier.c  fern_barrier
  *   wg.c       fern_wg
  *   once.c     fern_call_once
- *   chan.c     fern_chan and fern_select
+ *   chan.c     fern_chan (chan.h: its layout and attempts, for fern_select)
+ *   ticker.c   fern_ticker (ticker.h: its layout and take, for fern_select)
  *   lot.c      the parking lot: wait queues keyed by an address (fern-hook)
  */
 #ifndef FERN_SYNC_H

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
  * fern/cxx/select.hpp — part of fern.hpp:
- * fern::select and its cases (recv_case, send_case, timeout, timeout_at,
- * default_case).
+ * fern::select and its cases (recv_case, send_case, readable_case,
+ * writable_case, deadline_case, tick_case, timeout, timeout_at,
+ * default_case), and fern::ticker.
  *
  * Programs include <fern/fern.hpp>, which includes every part; its opening
  * comment (model, errors, time) applies here. A part included on its own
@@ -40,12 +41,27 @@ namespace fern {
  *                              not pass one object to two send cases.
  *                              Firing on a closed channel throws
  *                              std::system_error EPIPE (as send()).
+ *   fern::readable_case(fd, f) fd is readable (or hung up, or in error), as
+ *   fern::writable_case(fd, f) poll(2) says / writable; f() then reads or
+ *                              writes (the case transfers nothing). An fd
+ *                              that is not open, or is closed with
+ *                              fern_close while select waits, throws
+ *                              std::system_error EBADF. The fd is made
+ *                              O_NONBLOCK and registered as by every fern_*
+ *                              I/O call (close it with fern_close).
+ *   fern::deadline_case(d, f)  fires once d has passed (or the time point
+ *   fern::deadline_case(tp, f) tp): a case of its own with its own index,
+ *                              as Go's time.After; any number of them.
+ *   fern::tick_case(t, f)      takes a tick of fern::ticker t; f(n) gets the
+ *                              number of ticks since the one taken last (1
+ *                              when keeping up; ticks are dropped, not
+ *                              queued, for a slow taker), or f() takes none.
  *   fern::timeout(d, f)        fires if nothing else was ready within d
  *   fern::timeout_at(tp, f)    ... by the time point tp
  *   fern::default_case(f)      fires at once if nothing else is ready
  *                              (non-blocking select)
  * At most one of timeout / timeout_at / default_case; at most FERN_SELECT_MAX
- * channel cases. Values, handlers and v are held by reference until select
+ * other cases. Values, handlers and v are held by reference until select
  * returns, so build the cases inside the call:
  *
  *     auto p = std::make_unique<int>(7);
@@ -56,7 +72,27 @@ namespace fern {
  *
  * An exception from a handler propagates (after every unsent value has been
  * given back). Throws std::system_error EINVAL for an impossible select (no
- * channel case and no timeout: it could never return).
+ * case that can ever fire and no timeout: it could never return), and
+ * ECANCELED (std::errc::operation_canceled) when the calling green thread
+ * is cancelled (fern_cancel) while it would wait.
+ *
+ * A handler waiting for a socket, a control channel and a deadline at once:
+ *
+ *     auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+ *     switch (fern::select(fern::readable_case(fd, [] {}),
+ *                          fern::recv_case(control, [&](std::optional<int> cmd) { ... }),
+ *                          fern::deadline_case(until, [] {}))) {
+ *     case 0: ... fern_read(fd, ...) ...; break;
+ *     ...
+ *     }
+ *
+ * fern::ticker (fern_ticker) ticks every period: ticker(period) starts it
+ * (first tick a period from now; std::system_error EINVAL if period <= 0),
+ * wait() takes the next tick (returns the tick count as tick_case does),
+ * wait_for(d) / wait_until(tp) likewise or 0 if none came in time, reset(p)
+ * restarts it with period p, stop() stops it until a reset. Destroying a
+ * ticker that a thread waits on is a bug and aborts (as for channels). Not
+ * copyable or movable.
  */
 namespace detail {
 
@@ -117,6 +153,59 @@ template <class T, class U, class F> struct send_case_t {
     }
 };
 
+template <class F> struct fd_case_t {
+    int fd;
+    fern_select_op op;
+    F &&f;
+    void prepare(fern_select_case &c)
+    {
+        c.fd = fd;
+        c.op = op;
+        c.elem = nullptr;
+    }
+    void fire(int result)
+    {
+        if (result)
+            throw_errno(result, op == FERN_FD_READABLE ? "fern::select: readable_case"
+                                                       : "fern::select: writable_case");
+        std::invoke(std::forward<F>(f));
+    }
+    void discard() noexcept {}
+};
+
+template <class F> struct deadline_case_t {
+    int64_t at;
+    F &&f;
+    void prepare(fern_select_case &c)
+    {
+        c.deadline = at;
+        c.op = FERN_DEADLINE;
+        c.elem = nullptr;
+    }
+    void fire(int) { std::invoke(std::forward<F>(f)); }
+    void discard() noexcept {}
+};
+
+template <class F> struct tick_case_t {
+    fern_ticker *t;
+    F &&f;
+    std::uint64_t ticks = 0;
+    void prepare(fern_select_case &c)
+    {
+        c.ticker = t;
+        c.op = FERN_TICK;
+        c.elem = &ticks;
+    }
+    void fire(int)
+    {
+        if constexpr (std::is_invocable_v<F, std::uint64_t>)
+            std::invoke(std::forward<F>(f), ticks);
+        else
+            std::invoke(std::forward<F>(f));
+    }
+    void discard() noexcept {}
+};
+
 template <class F> struct timeout_case_t {
     int64_t deadline; // absolute; 0 for default_case
     F &&f;
@@ -170,6 +259,83 @@ detail::send_case_t<T, U, F> send_case(channel<T> &ch, U &&v, F &&f = F())
     return {ch, std::forward<U>(v), std::forward<F>(f)};
 }
 
+/* A periodic timer for fern::select's tick_case and for waiting on it
+ * alone (see above). */
+class ticker {
+  public:
+    template <class Rep, class Period> explicit ticker(const std::chrono::duration<Rep, Period> &period)
+    {
+        detail::check(fern_ticker_create(&t_, detail::to_ns(period)), "fern::ticker");
+    }
+    ~ticker()
+    {
+        if (fern_ticker_destroy(t_) != 0) {
+            std::fputs("fern::ticker destroyed while threads wait on it\n", stderr);
+            std::abort();
+        }
+    }
+    ticker(const ticker &) = delete;
+    ticker &operator=(const ticker &) = delete;
+
+    template <class Rep, class Period> void reset(const std::chrono::duration<Rep, Period> &period)
+    {
+        detail::check(fern_ticker_reset(t_, detail::to_ns(period)), "fern::ticker::reset");
+    }
+    void stop() noexcept { fern_ticker_stop(t_); }
+    /* The next tick's count (>= 1). */
+    std::uint64_t wait() { return take(FERN_FOREVER); }
+    /* As wait(); 0 if no tick came in time. */
+    template <class Rep, class Period> std::uint64_t wait_for(const std::chrono::duration<Rep, Period> &d)
+    {
+        return take(detail::deadline_after(d));
+    }
+    template <class Clock, class Dur> std::uint64_t wait_until(const std::chrono::time_point<Clock, Dur> &tp)
+    {
+        return take(detail::deadline_at(tp));
+    }
+    fern_ticker *native_handle() const noexcept { return t_; }
+
+  private:
+    std::uint64_t take(int64_t deadline)
+    {
+        std::uint64_t n = 0;
+        int e = fern_ticker_wait(t_, &n, deadline);
+        if (e == ETIMEDOUT)
+            return 0;
+        detail::check(e, "fern::ticker::wait");
+        return n;
+    }
+    fern_ticker *t_ = nullptr;
+};
+
+/* Descriptor cases for fern::select (see above). */
+template <class F = detail::noop> detail::fd_case_t<F> readable_case(int fd, F &&f = F())
+{
+    return {fd, FERN_FD_READABLE, std::forward<F>(f)};
+}
+template <class F = detail::noop> detail::fd_case_t<F> writable_case(int fd, F &&f = F())
+{
+    return {fd, FERN_FD_WRITABLE, std::forward<F>(f)};
+}
+
+/* A deadline case for fern::select (see above): after d, or at tp. */
+template <class Rep, class Period, class F = detail::noop>
+detail::deadline_case_t<F> deadline_case(const std::chrono::duration<Rep, Period> &d, F &&f = F())
+{
+    return {detail::deadline_after(d), std::forward<F>(f)};
+}
+template <class Clock, class Dur, class F = detail::noop>
+detail::deadline_case_t<F> deadline_case(const std::chrono::time_point<Clock, Dur> &tp, F &&f = F())
+{
+    return {detail::deadline_at(tp), std::forward<F>(f)};
+}
+
+/* A tick case for fern::select (see above). */
+template <class F = detail::noop> detail::tick_case_t<F> tick_case(ticker &t, F &&f = F())
+{
+    return {t.native_handle(), std::forward<F>(f)};
+}
+
 /* A timeout case for fern::select (see above). */
 template <class Rep, class Period, class F = detail::noop>
 detail::timeout_case_t<F> timeout(const std::chrono::duration<Rep, Period> &d, F &&f = F())
@@ -196,7 +362,7 @@ template <class... Cases> std::size_t select(Cases &&...cases)
         (std::size_t(0) + ... + std::size_t(detail::is_timeout_case_v<Cases>));
     constexpr std::size_t nchans = n - ntimeouts;
     static_assert(ntimeouts <= 1, "fern::select: at most one timeout / default case");
-    static_assert(nchans <= FERN_SELECT_MAX, "fern::select: too many channel cases");
+    static_assert(nchans <= FERN_SELECT_MAX, "fern::select: too many cases");
     using slots = detail::select_slots<Cases...>;
 
     std::array<fern_select_case, nchans + 1> cs{};
