@@ -26,6 +26,8 @@ struct config {
     int preempt_signal;        /* $FERN_PREEMPT_SIGNAL */
     char preempt_libs[1024];   /* fern_config.preempt_libs, $FERN_PREEMPT_LIBS: checked */
     int deadlock;              /* $FERN_DEADLOCK: CONFIG_DEADLOCK_* */
+    bool hibernate;            /* fern_config.hibernate_us, $FERN_HIBERNATE */
+    int64_t hibernate_ns;      /* fern_config.hibernate_us, $FERN_HIBERNATE_US */
 };
 /* FERN_DEADLOCK's values, in its accepted order (watch/deadlock.c). */
 enum { CONFIG_DEADLOCK_REPORT, CONFIG_DEADLOCK_FATAL, CONFIG_DEADLOCK_OFF };

@@ -107,6 +107,9 @@ static bool sp_jumped_guard(const struct stack *s, const void *uc)
 
 static void on_fault(int sig, siginfo_t *si, void *uc)
 {
+    /* A touch of a hibernated stack: restored, retry the access. */
+    if (sig == SIGSEGV && hib_fault(si->si_addr))
+        return;
     struct worker *w = worker_self();
     if (w && w->cur && w->cur != &w->g0) {
         fern_thread *t = w->cur;
@@ -172,6 +175,7 @@ int fern_stats(struct fern_stats *s)
     sched_stats(s);
     stack_stats(s);
     monitor_stats(s);
+    hib_stats(s);
     return 0;
 }
 

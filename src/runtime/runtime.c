@@ -42,6 +42,8 @@ static int runtime_init(const fern_config *cfg, const char *implicit_by)
     config = c;
     r = stack_init();
     if (r == 0)
+        hib_init(); /* before the workers: each maps its hibernation stack */
+    if (r == 0)
         r = signals_install();
     if (r == 0)
         r = crash_start();
@@ -118,6 +120,7 @@ int fern_shutdown(void)
     uint64_t abandoned = 0;
     threads_fini(&abandoned);
     io_fini();
+    hib_fini();
     stack_fini();
     if (abandoned)
         fprintf(stderr, "fern: shutdown destroyed %llu green thread(s) that had not finished\n",

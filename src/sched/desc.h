@@ -14,8 +14,12 @@ struct waiter;
 struct keyval;
 struct rdheld;
 
-enum tstate {            /* for fern_dump */
-    T_NEW = 0, T_RUNNABLE, T_RUNNING, T_PARKED, T_EXITING,
+/* For fern_dump, and for hibernation (sched/hibernate.c), which takes only
+ * T_PARKED threads: park() stores T_PARKING before the switch, and the
+ * wait's after-switch action (sync/wait.c), which runs once the thread's
+ * registers are saved (invariant 1), stores T_PARKED with release order. */
+enum tstate {
+    T_NEW = 0, T_RUNNABLE, T_RUNNING, T_PARKED, T_EXITING, T_PARKING,
 };
 enum tlife {             /* lifecycle flags, under tlock */
     L_DETACHED = 1, L_EXITED = 2, L_JOINING = 4,
@@ -59,6 +63,8 @@ struct fern_thread {
     uint64_t id;
     char name[32];
     uint8_t wait_timed;         /* the park has a deadline (watch/deadlock.c) */
+    uint8_t hib;                /* hibernation state, H_* (sched/hibernate.h) */
+    uint8_t hib_no;             /* why it must not hibernate, HN_* bits */
 #ifdef FERN_ASAN
     void *asan_fake;
 #endif

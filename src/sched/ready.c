@@ -8,6 +8,7 @@
  */
 #include "sched/sched.h"
 #include "sched/switch.h"
+#include "sched/hibernate.h"
 #include "base/probes.h"
 
 static void ready_last(struct worker *w, fern_thread *t);
@@ -37,12 +38,14 @@ void sched_ready(fern_thread *t)
 {
     struct worker *w = worker_self();
     PROBE1(wake, t->id);
+    /* run_state = T_RUNNABLE, then: is the monitor hibernating t? */
+    if (hib_gate(t))
+        return;
     if (w && w->cluster == t->cluster) {
         if (unlikely(w->wake_from)) {
             ready_from(w, t);
             return;
         }
-        STORE_RELAXED(&t->run_state, T_RUNNABLE);
         if (w->alone) {
             /* No thieves, and this worker is awake: nobody to wake. */
             fern_thread *old = LOAD_RELAXED(&w->next);
@@ -90,6 +93,8 @@ static void ready_last(struct worker *w, fern_thread *t)
 void sched_ready_tail(fern_thread *t)
 {
     PROBE1(wake, t->id);
+    if (hib_gate(t))
+        return;
     ready_last(worker_self(), t);
 }
 

@@ -34,6 +34,7 @@ static void *worker_main(void *arg)
     if (__cxa_get_globals)
         w->eh = __cxa_get_globals();
     altstack_setup(w);
+    hib_worker_start();
     preempt_worker_start(w);
 #ifdef FERN_TSAN
     w->g0.tsan_fiber = __tsan_get_current_fiber();
@@ -61,6 +62,7 @@ static void *worker_main(void *arg)
     run_after(w);
     stack_cache_flush(w);
     preempt_worker_stop(w);
+    hib_worker_stop();
     altstack_free(w);
     fern_tls_worker_ = NULL;
     STORE_RELAXED(&w->tid, 0); /* the monitor skips a worker without a kernel thread */

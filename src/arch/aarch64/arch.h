@@ -85,6 +85,13 @@ static inline uintptr_t arch_uc_sp(const void *uc)
  * and points the context at fern_preempt_tramp, which yields and resumes
  * the interrupted point with rt_sigreturn on that copy (preempt.S says
  * why: no register is free for a branch). */
+/* Stack hibernation (sched/hibernate.c) has no entry frame here yet. */
+#define ARCH_HIBERNATE 0
+#define ARCH_HIB_FRAME_WORDS 0
+static inline void arch_hib_frame(uint64_t *f, const void *real_sp, void *t, void *block)
+{
+    (void)f, (void)real_sp, (void)t, (void)block;
+}
 #define ARCH_PREEMPT 1
 /* Off: with libfern.a linked in, tests/cross/check.sh's static program
  * deadlocked on its own mutex under qemu (a tick landed in fern's code or in
