@@ -64,6 +64,13 @@ FERN__API void fern__io_short(const struct fern__pollent *pe, uint32_t token);
 #define FERN__PARK_NOMEM INT32_MIN
 FERN__API int fern__io_park(const struct fern__pollent *pe, int n, int64_t deadline);
 
+/* A call failed with EFAULT: restore the hibernated green stacks its
+ * arguments (a[0..5] of system call nr; the buffers of read/write-like calls,
+ * readv/writev's iovecs, sendmsg/recvmsg's message) point into. Returns 1
+ * if any was restored (the call may be retried), 0 if none (the EFAULT is
+ * real). */
+FERN__API int fern__hib_retry(long nr, const long *a);
+
 /* Under ThreadSanitizer (a libfern built with it), bracket the part of a
  * hooked call that may park: the green thread runs it on a second TSan fiber
  * (thread/thread.c says why). Nesting is counted. No-ops otherwise and on plain

@@ -13,6 +13,10 @@
 #include "io.h"
 #include "io/hookapi.h"
 
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+
 int fern__hook_green(void) { return thread_current() != NULL; }
 
 void fern__io_forget(int fd)
@@ -139,4 +143,36 @@ int fern__io_park(const struct fern__pollent *pe, int n, int64_t deadline)
     if (wts != few)
         free(wts);
     return ret;
+}
+
+/* Restore what a failed call's arguments point into (hookapi.h). The
+ * pointer arguments of every call are tried (a hibernated stack is found
+ * from any address in it); the vectored calls' buffers are read from their
+ * iovec (which, if on a hibernated stack, the first pass restored). */
+static bool touch_iov(const struct iovec *v, long n)
+{
+    bool any = false;
+    for (long i = 0; v && i < n && i < 1024; i++)
+        any |= hib_touch(v[i].iov_base, v[i].iov_len);
+    return any;
+}
+
+int fern__hib_retry(long nr, const long *a)
+{
+    if (!LOAD_RELAXED(&hib_on))
+        return 0;
+    bool any = false;
+    for (int i = 0; i < 6; i++)
+        any |= hib_touch((const void *)a[i], 1);
+    if (nr == SYS_readv || nr == SYS_writev)
+        any |= touch_iov((const struct iovec *)a[1], a[2]);
+    if (nr == SYS_recvmsg || nr == SYS_sendmsg) {
+        const struct msghdr *m = (const struct msghdr *)a[1];
+        if (m) {
+            any |= hib_touch(m->msg_name, m->msg_namelen);
+            any |= hib_touch(m->msg_control, m->msg_controllen);
+            any |= touch_iov(m->msg_iov, (long)m->msg_iovlen);
+        }
+    }
+    return any;
 }

@@ -55,7 +55,9 @@
 #include "sched/hibernate.h"
 
 #include <sched.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 #ifdef FERN_VALGRIND
@@ -98,14 +100,22 @@ struct item {
     struct hib_block *b;
     char *lo, *top, *sp;
     fern_thread **owner;
+    bool resident;              /* re-hibernated: b was its block already */
 };
 
 static struct {
     bool batched;               /* process_madvise takes our advice */
     int64_t delay_ns;
     int64_t next_scan;          /* monitor only, like what follows */
+    int64_t last_busy;          /* the last look that found workers busy */
+    int64_t scan_start;
     bool scanning, pending, marked;
+    uint32_t touched;           /* a touch restored stacks: scan again (any thread) */
+    int mem_fd;                 /* /proc/self/mem (mem_fd) */
+    ino_t mem_ino;
+    dev_t mem_dev;
     fern_thread *batch[HIB_BATCH];
+    bool was[HIB_BATCH];        /* batch[i] was H_RESIDENT (has its block) */
     struct item items[HIB_BATCH];
     struct iovec iov[HIB_BATCH];
     unsigned n;
@@ -156,6 +166,7 @@ static long madvise_many(struct iovec *v, size_t n, int advice)
 void hib_init(void)
 {
     hib_on = false;
+    H.mem_fd = -1;
     memset(&H.hibernated, 0, 5 * sizeof H.hibernated);
     if (!config.hibernate || hibernate_unsupported())
         return;
@@ -180,6 +191,18 @@ void hib_init(void)
             munmap(p, pg);
         }
     }
+    int fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        fprintf(stderr, "fern: stack hibernation needs /proc/self/mem (%s); it stays off\n",
+                strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    H.mem_fd = fd;
+    H.mem_ino = st.st_ino;
+    H.mem_dev = st.st_dev;
     H.delay_ns = config.hibernate_ns;
     H.next_scan = 0;
     H.scanning = H.pending = false;
@@ -187,7 +210,13 @@ void hib_init(void)
     hib_on = true;
 }
 
-void hib_fini(void) { hib_on = false; }
+void hib_fini(void)
+{
+    hib_on = false;
+    if (H.mem_fd >= 0)
+        close(H.mem_fd);
+    H.mem_fd = -1;
+}
 
 void hib_worker_start(void)
 {
@@ -231,27 +260,87 @@ bool hib_wake_slow(fern_thread *t)
 
 /* ---- restoring ---- */
 
-/* Restore n stacks whose threads the caller moved to H_RESTORING. */
+/* mprotect every run of adjacent items' slots [lo, top). */
+static bool protect_runs(struct item *v, unsigned n, int prot)
+{
+    for (unsigned i = 0; i < n;) {
+        unsigned j = i;
+        while (j + 1 < n && v[j + 1].lo == v[j].top + stack_page())
+            j++;
+        if (mprotect(v[i].lo, (size_t)(v[j].top - v[i].lo), prot) != 0)
+            return false;
+        i = j + 1;
+    }
+    return true;
+}
+
+static void die(const char *msg)
+{
+    ssize_t r = write(2, msg, strlen(msg)); /* async-signal-safe */
+    (void)r;
+    abort();
+}
+
+/* /proc/self/mem, for writing into pages that are PROT_NONE to everyone
+ * else (a write through it is a forced access, as a debugger's). Checked
+ * before each use: a program that closed it, or put another file at its
+ * number, gets it opened again. */
+static int mem_fd(void)
+{
+    struct stat st;
+    int fd = LOAD_RELAXED(&H.mem_fd);
+    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_ino == H.mem_ino && st.st_dev == H.mem_dev)
+        return fd;
+    fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &st) != 0)
+        die("fern: cannot open /proc/self/mem to restore a hibernated stack; aborting\n");
+    H.mem_ino = st.st_ino;
+    H.mem_dev = st.st_dev;
+    STORE_RELAXED(&H.mem_fd, fd);
+    return fd;
+}
+
+static void mem_write(int fd, char *dst, const char *src, size_t n)
+{
+    while (n) {
+        ssize_t r = pwrite(fd, src, n, (off_t)(uintptr_t)dst);
+        if (r <= 0) {
+            if (r < 0 && errno == EINTR)
+                continue;
+            die("fern: cannot write a hibernated stack back; aborting\n");
+        }
+        dst += r;
+        src += r;
+        n -= (size_t)r;
+    }
+}
+
+/* Restore n stacks whose threads the caller moved to H_RESTORING, in
+ * ascending address order. Nobody may see a page between the removal of
+ * its guard and the return of its bytes (it would read zeros), so the
+ * ranges are PROT_NONE meanwhile (a touch faults and waits, as on the
+ * guard) and the bytes go in through /proc/self/mem. */
 static void restore(struct item *v, unsigned n, bool touched)
 {
     struct iovec iov[HIB_TOUCH_BATCH];
-    for (unsigned i = 0; i < n; i++)
-        iov[i] = (struct iovec){v[i].lo, (size_t)(v[i].top - v[i].lo)};
     long want = 0;
-    for (unsigned i = 0; i < n; i++)
-        want += (long)iov[i].iov_len;
-    if (madvise_many(iov, n, MADV_GUARD_REMOVE) != want) {
-        /* The stacks cannot be given back: nothing safe is left to do. */
-        static const char msg[] = "fern: cannot remove a hibernated stack's guard markers; aborting\n";
-        ssize_t r = write(2, msg, sizeof msg - 1);
-        (void)r;
-        abort();
-    }
     for (unsigned i = 0; i < n; i++) {
-        struct hib_block *b = v[i].b;
-        copy_words(v[i].sp, b->data, (size_t)B_LIVE(b));
-        STORE(&v[i].t->hib, H_RESIDENT);
+        iov[i] = (struct iovec){v[i].lo, (size_t)(v[i].top - v[i].lo)};
+        want += (long)iov[i].iov_len;
     }
+    int fd = mem_fd();
+    if (!protect_runs(v, n, PROT_NONE))
+        die("fern: cannot protect a hibernated stack while it is restored (vm.max_map_count?); "
+            "aborting\n");
+    if (madvise_many(iov, n, MADV_GUARD_REMOVE) != want)
+        die("fern: cannot remove a hibernated stack's guard markers; aborting\n");
+    for (unsigned i = 0; i < n; i++)
+        mem_write(fd, v[i].sp, v[i].b->data, (size_t)B_LIVE(v[i].b));
+    if (!protect_runs(v, n, PROT_READ | PROT_WRITE))
+        die("fern: cannot make a restored stack writable again; aborting\n");
+    for (unsigned i = 0; i < n; i++)
+        STORE(&v[i].t->hib, H_RESIDENT);
+    ADD_RELAXED(&H.hibernated, -(uint64_t)n);
     ADD_RELAXED(&H.restores, n);
     if (touched)
         ADD_RELAXED(&H.touches, n);
@@ -285,6 +374,9 @@ static void restore_touched(fern_thread *t, const struct slot_ref *r)
             item_of(&v[n++], u);
     }
     restore(v, n, true);
+    /* They stay parked: the monitor hibernates them again later. */
+    STORE_RELAXED(&H.touched, 1);
+    monitor_kick();
 }
 
 bool hib_fault(const void *addr)
@@ -374,6 +466,16 @@ void *hib_resume(fern_thread *t, void *block)
     struct hib_block *b = block;
     struct item it;
     unsigned spins = 0;
+    /* No signal handler may run on this thread until its stack is back: a
+     * handler reads the interrupted thread's stack (preemption's does), and
+     * a touch here would wait for this very restore. Faults stay open. */
+    sigset_t all, old;
+    sigfillset(&all);
+    sigdelset(&all, SIGSEGV);
+    sigdelset(&all, SIGBUS);
+    sigdelset(&all, SIGILL);
+    sigdelset(&all, SIGFPE);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
     for (;;) {
         uint8_t h = LOAD(&t->hib);
         if (h == H_RESIDENT)
@@ -385,11 +487,11 @@ void *hib_resume(fern_thread *t, void *block)
         }
         wait_a_bit(&spins); /* a toucher is restoring it */
     }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     void *sp = (void *)B_SP(b);
     size_t bytes = sizeof *b + (size_t)B_LIVE(b);
     STORE(&t->hib, H_NONE);
     STORE((fern_thread **)B_OWNER(b), NULL);
-    ADD_RELAXED(&H.hibernated, -1);
     ADD_RELAXED(&H.bytes, -bytes);
     free(b);
     return sp;
@@ -401,8 +503,16 @@ bool hib_scan_due(int64_t now, bool busy, int64_t *next)
 {
     if (!hib_on)
         return false;
-    if (busy)
+    if (LOAD_RELAXED(&H.touched)) {
+        STORE_RELAXED(&H.touched, 0);
+        busy = true;
+    }
+    if (busy) {
         H.pending = true; /* threads may have parked since the last scan */
+        H.last_busy = now;
+    }
+    if (!H.scanning && H.pending && now >= H.next_scan)
+        H.scan_start = now;
     if (H.scanning || (H.pending && now >= H.next_scan))
         return true;
     if (H.pending && H.next_scan < *next)
@@ -442,7 +552,10 @@ void hib_scan_thread(fern_thread *t)
             H.marked = true;
         return;
     }
-    if ((h == H_NONE || h == H_SEEN) && CAS(&t->hib, &h, H_BUSY)) {
+    /* H_RESIDENT: restored by a touch and still parked: again, into the
+     * block it has (its live range has not changed). */
+    if ((h == H_NONE || h == H_SEEN || h == H_RESIDENT) && CAS(&t->hib, &h, H_BUSY)) {
+        H.was[H.n] = h == H_RESIDENT;
         H.batch[H.n++] = t;
         if (H.n == HIB_BATCH)
             hib_scan_flush();
@@ -455,20 +568,6 @@ static int item_cmp(const void *a, const void *b)
     return x->lo < y->lo ? -1 : x->lo > y->lo;
 }
 
-/* mprotect every run of adjacent items' slots [lo, top). */
-static bool protect_runs(struct item *v, unsigned n, int prot)
-{
-    for (unsigned i = 0; i < n;) {
-        unsigned j = i;
-        while (j + 1 < n && v[j + 1].lo == v[j].top + stack_page())
-            j++;
-        if (mprotect(v[i].lo, (size_t)(v[j].top - v[i].lo), prot) != 0)
-            return false;
-        i = j + 1;
-    }
-    return true;
-}
-
 void hib_scan_flush(void)
 {
     unsigned n = H.n, m = 0;
@@ -479,6 +578,16 @@ void hib_scan_flush(void)
     struct item *v = H.items;
     for (unsigned i = 0; i < n; i++) {
         fern_thread *t = H.batch[i];
+        if (H.was[i]) {
+            /* Its stack is resident and the block still holds its frame. */
+            if (LOAD(&t->run_state) != T_PARKED) {
+                hib_release(t, H_RESIDENT);
+                continue;
+            }
+            item_of(&v[m], t);
+            v[m++].resident = true;
+            continue;
+        }
         struct stack *s = LOAD_RELAXED(&t->stack);
         char *sp = LOAD_RELAXED(&t->sp);
         struct slot_ref r;
@@ -493,7 +602,7 @@ void hib_scan_flush(void)
             hib_release(t, H_NONE);
             continue;
         }
-        v[m] = (struct item){t, b, r.lo, r.top, sp, &r.owners[r.index]};
+        v[m] = (struct item){t, b, r.lo, r.top, sp, &r.owners[r.index], false};
         STORE(v[m].owner, t); /* a fault from here on finds t (H_BUSY: it waits) */
         m++;
     }
@@ -506,6 +615,10 @@ void hib_scan_flush(void)
             struct hib_block *b = v[i].b;
             size_t live = (size_t)(v[i].top - v[i].sp);
             copy_words(b->data, v[i].sp, live);
+            if (v[i].resident) {
+                H.iov[i] = (struct iovec){v[i].lo, (size_t)(v[i].top - v[i].lo)};
+                continue;
+            }
             arch_hib_frame(b->frame, b->data, v[i].t, b);
             B_SP(b) = (uint64_t)(uintptr_t)v[i].sp;
             B_LO(b) = (uint64_t)(uintptr_t)v[i].lo;
@@ -513,6 +626,10 @@ void hib_scan_flush(void)
             B_OWNER(b) = (uint64_t)(uintptr_t)v[i].owner;
             H.iov[i] = (struct iovec){v[i].lo, (size_t)(v[i].top - v[i].lo)};
         }
+        /* Readers too must fault from here on: while a guard goes in, a
+         * read of a page already emptied would see zeros. */
+        if (!protect_runs(v, m, PROT_NONE))
+            die("fern: cannot protect stacks being hibernated (vm.max_map_count?); aborting\n");
         long done = madvise_many(H.iov, m, MADV_GUARD_INSTALL);
         /* Guards go in in order: the first k stacks are hibernated. */
         for (long left = done; k < m && left >= (long)H.iov[k].iov_len; k++)
@@ -522,10 +639,11 @@ void hib_scan_flush(void)
              * the bytes back (it stays resident). */
             struct iovec one = H.iov[k];
             if (madvise_many(&one, 1, MADV_GUARD_REMOVE) == (long)one.iov_len)
-                copy_words(v[k].sp, v[k].b->data, (size_t)(v[k].top - v[k].sp));
+                mem_write(mem_fd(), v[k].sp, v[k].b->data, (size_t)(v[k].top - v[k].sp));
         }
         for (unsigned i = 0; i < k; i++)
-            STORE_RELAXED(&v[i].t->sp, (void *)v[i].b);
+            if (!v[i].resident)
+                STORE_RELAXED(&v[i].t->sp, (void *)v[i].b);
         if (!protect_runs(v, m, PROT_READ | PROT_WRITE)) {
             fprintf(stderr, "fern: cannot make hibernated stacks writable again; aborting\n");
             abort();
@@ -544,8 +662,13 @@ void hib_scan_flush(void)
     uint64_t bytes = 0;
     for (unsigned i = 0; i < m; i++) {
         if (i < k) {
-            bytes += sizeof *v[i].b + (size_t)(v[i].top - v[i].sp);
+            if (!v[i].resident)
+                bytes += sizeof *v[i].b + (size_t)(v[i].top - v[i].sp);
             hib_release(v[i].t, H_DONE);
+            continue;
+        }
+        if (v[i].resident) {
+            hib_release(v[i].t, H_RESIDENT);
             continue;
         }
         STORE(v[i].owner, NULL);
@@ -561,9 +684,10 @@ void hib_scan_end(int64_t now)
 {
     hib_scan_flush();
     H.scanning = false;
-    /* Another scan only if this one left threads to look at again (marked
-     * ones), or once the workers have been busy (threads may have parked). */
-    H.pending = H.marked;
+    /* Another scan if this one left threads to look at again (marked
+     * ones), or if the workers were busy since it began (threads may have
+     * parked behind it). */
+    H.pending = H.marked || H.last_busy >= H.scan_start;
     H.next_scan = now + H.delay_ns;
 }
 

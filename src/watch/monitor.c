@@ -77,6 +77,8 @@ static struct {
     bool preempt;
     uint64_t spares_started;
     int64_t unowned_since; /* the poller was first seen without an owner */
+    uint64_t switches;     /* all workers' switch counts at the last tick */
+    bool switched;         /* ... changed since the tick before */
 } M;
 
 void monitor_kick(void)
@@ -280,8 +282,17 @@ static void watch_poller(int64_t now)
 static bool watch_all(int64_t now, int64_t *again)
 {
     bool busy = false;
-    for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster)
+    uint64_t sw = 0;
+    for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster) {
         busy |= watch_cluster(c, now);
+        for (unsigned i = 0; i < c->nworkers; i++)
+            if (worker_live(c, i))
+                sw += LOAD_RELAXED(&c->workers[i]->n_switches);
+    }
+    /* Threads ran, and so may have parked, since the last tick, even if
+     * every worker is idle again by now (for hibernation's scans). */
+    M.switched = sw != M.switches;
+    M.switches = sw;
     if (busy)
         watch_poller(now);
     else
@@ -335,7 +346,7 @@ static void *monitor_main(void *arg)
         pthread_mutex_lock(&rt.boot_lock);
         bool busy = watch_all(now, &again);
         pthread_mutex_unlock(&rt.boot_lock);
-        watch_hibernate(now, busy, &again);
+        watch_hibernate(now, busy || M.switched, &again);
         if (busy) {
             futex_wait(&M.stop, 0, now + M.tick_ns);
             continue;
