@@ -15,11 +15,11 @@ struct keyval;
 struct rdheld;
 
 /* For fern_dump, and for hibernation (sched/hibernate.c), which takes only
- * T_PARKED threads: park() stores T_PARKING before the switch, and the
- * wait's after-switch action (sync/wait.c), which runs once the thread's
- * registers are saved (invariant 1), stores T_PARKED with release order. */
+ * T_PARKED threads: a parking thread stays T_RUNNING until the wait's
+ * after-switch action (sync/wait.c), which runs once its registers are saved
+ * (invariant 1), stores T_PARKED with release order. */
 enum tstate {
-    T_NEW = 0, T_RUNNABLE, T_RUNNING, T_PARKED, T_EXITING, T_PARKING,
+    T_NEW = 0, T_RUNNABLE, T_RUNNING, T_PARKED, T_EXITING,
 };
 enum tlife {             /* lifecycle flags, under tlock */
     L_DETACHED = 1, L_EXITED = 2, L_JOINING = 4,
@@ -40,7 +40,16 @@ struct fern_thread {
     fern_thread *link;          /* inbox / free list link */
     int saved_errno;
     uint32_t tlock;
-    uint32_t life;
+    /* Spawn sets these four bytes with one store (lifeword). hib is read by
+     * every wake-up (hib_gate), so it sits in this line beside run_state. */
+    union {
+        uint32_t lifeword;
+        struct {
+            uint16_t life;
+            uint8_t hib;        /* hibernation state, H_* (sched/hibernate.h) */
+            uint8_t hib_no;     /* why it must not hibernate, HN_* bits */
+        };
+    };
     uint8_t alloc;              /* A_FREE / A_LIVE */
     uint8_t run_state;          /* enum tstate, relaxed, for fern_dump */
     uint8_t stack_cls;
@@ -63,8 +72,6 @@ struct fern_thread {
     uint64_t id;
     char name[32];
     uint8_t wait_timed;         /* the park has a deadline (watch/deadlock.c) */
-    uint8_t hib;                /* hibernation state, H_* (sched/hibernate.h) */
-    uint8_t hib_no;             /* why it must not hibernate, HN_* bits */
 #ifdef FERN_ASAN
     void *asan_fake;
 #endif

@@ -17,6 +17,11 @@
 
 #include "sched/desc.h"
 
+_Static_assert(offsetof(struct fern_thread, hib) < 64, "hib shares the wake-up's cache line");
+_Static_assert(offsetof(struct fern_thread, hib) == offsetof(struct fern_thread, lifeword) + 2 &&
+                   offsetof(struct fern_thread, hib_no) == offsetof(struct fern_thread, lifeword) + 3,
+               "spawn's lifeword store clears hib and sets hib_no (little-endian)");
+
 /* fern_thread.hib. The monitor moves a T_PARKED thread NONE -> SEEN at one
  * scan and SEEN -> BUSY at a later one (at once with a delay of 0); a wake
  * that finds SEEN takes it back to NONE (hib_gate), one that finds BUSY sets
@@ -55,12 +60,13 @@ const char *hibernate_unsupported(void);
  * handshake with the monitor's membarrier, hibernate.c). True: the monitor
  * is hibernating t and will queue it itself. */
 bool hib_wake_slow(fern_thread *t);
-static inline bool hib_gate(fern_thread *t)
+/* The light side: true if hibernation's state is set (then ask
+ * hib_wake_slow, which says whether the monitor took the wake-up). */
+static inline bool hib_gate_hit(fern_thread *t)
 {
-    STORE_RELAXED(&t->run_state, T_RUNNABLE);
-    __asm__ volatile("" ::: "memory");
-    return unlikely(LOAD_RELAXED(&t->hib)) && hib_wake_slow(t);
+    return arch_store_load_u8(&t->run_state, T_RUNNABLE, &t->hib) != 0;
 }
+static inline bool hib_gate(fern_thread *t) { return unlikely(hib_gate_hit(t)) && hib_wake_slow(t); }
 
 /* The monitor's scan over every live thread, perhaps over several ticks:
  * hib_scan_due says whether one is due or under way at `now` (`busy`: the

@@ -34,13 +34,8 @@ static __attribute__((noinline)) void ready_from(struct worker *w, fern_thread *
         cluster_wake(c);
 }
 
-void sched_ready(fern_thread *t)
+static inline __attribute__((always_inline)) void ready_now(struct worker *w, fern_thread *t)
 {
-    struct worker *w = worker_self();
-    PROBE1(wake, t->id);
-    /* run_state = T_RUNNABLE, then: is the monitor hibernating t? */
-    if (hib_gate(t))
-        return;
     if (w && w->cluster == t->cluster) {
         if (unlikely(w->wake_from)) {
             ready_from(w, t);
@@ -72,6 +67,26 @@ void sched_ready(fern_thread *t)
     inbox_push_wake(t->cluster, t);
 }
 
+/* hib_gate saw hibernation's state set: out of line, so that sched_ready
+ * reaches it with a jump and keeps no frame of its own. */
+static __attribute__((noinline)) void ready_hib(fern_thread *t)
+{
+    if (!hib_wake_slow(t))
+        ready_now(worker_self(), t);
+}
+
+void sched_ready(fern_thread *t)
+{
+    struct worker *w = worker_self();
+    PROBE1(wake, t->id);
+    /* run_state = T_RUNNABLE, then: is the monitor hibernating t? */
+    if (unlikely(hib_gate_hit(t))) {
+        ready_hib(t);
+        return;
+    }
+    ready_now(w, t);
+}
+
 /* Queue t behind the threads already queued on w (its ring, waking an idle
  * worker to share the work) if w runs t's cluster, else on the cluster's
  * inbox. */
@@ -93,7 +108,7 @@ static void ready_last(struct worker *w, fern_thread *t)
 void sched_ready_tail(fern_thread *t)
 {
     PROBE1(wake, t->id);
-    if (hib_gate(t))
+    if (unlikely(hib_gate_hit(t)) && hib_wake_slow(t))
         return;
     ready_last(worker_self(), t);
 }

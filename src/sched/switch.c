@@ -117,7 +117,8 @@ static inline __attribute__((always_inline)) void park(after_fn fn, void *arg, b
     struct worker *w = worker_self();
     fern_thread *cur = w->cur;
     fern_thread *next;
-    STORE_RELAXED(&cur->run_state, T_PARKING); /* T_PARKED once saved (sync/wait.c) */
+    /* run_state stays T_RUNNING until the wait's after-switch action
+     * stores T_PARKED, once the registers are saved (sync/wait.c). */
     PROBE2(park, cur->id, cur->wait_what);
     w->after = fn;
     w->after_prev = cur;

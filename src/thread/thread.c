@@ -183,7 +183,6 @@ static const char *state_name(uint8_t s)
     case T_RUNNING: return "running";
     case T_PARKED: return "parked";
     case T_EXITING: return "exiting";
-    case T_PARKING: return "parking";
     }
     return "?";
 }
@@ -322,12 +321,12 @@ int fern_spawn(fern_thread **out, const fern_attr *attr, fern_fn fn, void *arg)
     t->saved_errno = 0;
     t->slice_carry = 0;
     t->tlock = 0;
-    t->life = detached ? L_DETACHED : 0;
+    /* life, and hibernation's two bytes (H_NONE, the opt-out), at once. */
+    STORE_RELAXED(&t->lifeword, (detached ? L_DETACHED : 0u) |
+                                    (attr && attr->no_hibernate ? (uint32_t)HN_OPTOUT << 24 : 0u));
     STORE_RELAXED(&t->run_state, T_NEW);
     STORE_RELAXED(&t->stack_cls, (uint8_t)cls);
     t->rescued = 0;
-    STORE_RELAXED(&t->hib, H_NONE);
-    STORE_RELAXED(&t->hib_no, attr && attr->no_hibernate ? HN_OPTOUT : 0);
     STORE_RELAXED(&t->wait_what, NULL);
     t->joiner = NULL;
     t->keys = NULL;

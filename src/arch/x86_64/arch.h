@@ -74,6 +74,23 @@ static inline void *ctx_init(char *top, fern_thread *self)
     .frame_size = 64, .f_rip = 56, .f_rbp = 48, .f_rbx = 40, .f_r12 = 32,     \
     .f_r13 = 24, .f_r14 = 16, .f_r15 = 8
 
+/* *st = v, then return *ld, in that order as far as the compiler goes (the
+ * light side of an asymmetric Dekker handshake: the CPU may still reorder
+ * them; the other side's membarrier orders that). Two instructions, without
+ * the memory clobber a compiler barrier costs the code around it. Under
+ * ThreadSanitizer, atomics it can see. */
+static inline uint8_t arch_store_load_u8(uint8_t *st, uint8_t v, const uint8_t *ld)
+{
+#if defined(__SANITIZE_THREAD__) || defined(FERN_TSAN)
+    __atomic_store_n(st, v, __ATOMIC_SEQ_CST);
+    return __atomic_load_n(ld, __ATOMIC_SEQ_CST);
+#else
+    uint8_t r;
+    __asm__ volatile("movb %2, %0\n\tmovb %3, %1" : "=m"(*st), "=q"(r) : "qi"(v), "m"(*ld));
+    return r;
+#endif
+}
+
 /* ---- stack hibernation (sched/hibernate.c, x86_64/switch.S) ---- */
 /* A hibernated thread's saved stack pointer points at a frame of the same
  * shape in its heap block, whose return address is fern_hib_entry: the
