@@ -92,8 +92,11 @@ struct hib_block {
 bool hib_on;
 
 __thread char *fern_hib_scratch_ __attribute__((tls_model("initial-exec"), used));
-/* hib_fault's last address that had nothing to restore (see there). */
+/* hib_fault's last address that had nothing to restore, H.gen then, and
+ * how many times in a row (see there). */
 static __thread const void *miss_addr __attribute__((tls_model("initial-exec")));
+static __thread uint32_t miss_gen __attribute__((tls_model("initial-exec")));
+static __thread uint32_t miss_count __attribute__((tls_model("initial-exec")));
 
 struct item {
     fern_thread *t;
@@ -111,6 +114,7 @@ static struct {
     int64_t scan_start;
     bool scanning, pending, marked;
     uint32_t touched;           /* a touch restored stacks: scan again (any thread) */
+    uint32_t gen;               /* +1 each time stacks become accessible again */
     int mem_fd;                 /* /proc/self/mem (mem_fd) */
     ino_t mem_ino;
     dev_t mem_dev;
@@ -338,6 +342,9 @@ static void restore(struct item *v, unsigned n, bool touched)
         mem_write(fd, v[i].sp, v[i].b->data, (size_t)B_LIVE(v[i].b));
     if (!protect_runs(v, n, PROT_READ | PROT_WRITE))
         die("fern: cannot make a restored stack writable again; aborting\n");
+    /* Before the states: whoever sees one of them sees the count too. */
+    ADD_RELAXED(&H.gen, 1);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
     for (unsigned i = 0; i < n; i++)
         STORE(&v[i].t->hib, H_RESIDENT);
     ADD_RELAXED(&H.hibernated, -(uint64_t)n);
@@ -384,8 +391,9 @@ bool hib_fault(const void *addr)
     if (!LOAD_RELAXED(&hib_on))
         return false;
     struct slot_ref r;
-    if (!stack_slot_of(addr, &r) || (const char *)addr < r.lo)
+    if (!stack_slot_of(addr, &r) || (const char *)addr < r.lo) {
         return false;
+    }
     unsigned spins = 0;
     for (;;) {
         fern_thread *t = LOAD(&r.owners[r.index]);
@@ -401,16 +409,24 @@ bool hib_fault(const void *addr)
             restore_touched(t, &r);
             miss_addr = NULL;
             return true;
-        default:
-            /* Not hibernated now. If it was at the moment of the fault (it
-             * was restored meanwhile), retrying succeeds; a second fault
-             * at the same address with nothing to restore is a real one. */
-            if (miss_addr == addr) {
+        default: {
+            /* Not hibernated now: it was at the fault and was restored
+             * since, so retry. A fault again at the same address with no
+             * stack made accessible in between (H.gen, counted before the
+             * states are published) is a real one. Under churn (hibernated
+             * and restored again between two tries) the count moves; a
+             * bound keeps a fault that only looks like churn from looping. */
+            uint32_t g = LOAD(&H.gen);
+            if (miss_addr == addr && (miss_gen == g || ++miss_count > 100000)) {
                 miss_addr = NULL;
                 return false;
             }
+            if (miss_addr != addr)
+                miss_count = 0;
             miss_addr = addr;
+            miss_gen = g;
             return true;
+        }
         }
     }
 }
@@ -659,6 +675,8 @@ void hib_scan_flush(void)
         /* Out of mappings (vm.max_map_count): try again at the next scan. */
         protect_runs(v, m, PROT_READ | PROT_WRITE);
     }
+    ADD_RELAXED(&H.gen, 1); /* the windows are closed (see hib_fault) */
+    __atomic_thread_fence(__ATOMIC_RELEASE);
     uint64_t bytes = 0;
     for (unsigned i = 0; i < m; i++) {
         if (i < k) {
