@@ -11,6 +11,7 @@
  *   bytes_per_thread_parked: VmRSS + VmPTE growth from before the first
  *                     spawn to S seconds after the last park, / N
  *   hibernated:       threads whose stack was hibernated at that moment
+ *   heap_bytes_per_hibernated: their heap blocks (header + saved bytes), each
  *   wake_all_s then counts from after the sleep.
  * The bodies check their stacks survived: each writes a pattern into a
  * local buffer before it parks and compares it after. */
@@ -85,6 +86,9 @@ static void *main_green(void *arg)
         bench_print("million", "fern", "bytes_per_thread_parked", (double)(m2 - m0) / (double)n,
                     "bytes");
         bench_print("million", "fern", "hibernated", (double)st.hibernated, "count");
+        if (st.hibernated)
+            bench_print("million", "fern", "heap_bytes_per_hibernated",
+                        (double)st.hibernate_bytes / (double)st.hibernated, "bytes");
     }
     if (damaged) {
         fprintf(stderr, "million: %ld stack words changed while parked\n", damaged);

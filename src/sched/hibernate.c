@@ -72,7 +72,8 @@
 #endif
 
 #define HIB_BATCH 1024u         /* threads per batch (process_madvise takes 1024 iovecs) */
-#define HIB_TOUCH_BATCH 64u     /* stacks one touch restores at most */
+#define HIB_TOUCH_BATCH 256u    /* stacks one touch restores at most (16 KiB of
+                                 * the signal stack's 64 for its arrays) */
 #define HIB_LIVE_MAX ((size_t)256 * 1024) /* deeper parked stacks are left alone */
 #define HIB_SCRATCH ((size_t)64 * 1024)   /* hib_resume's stack per worker */
 
@@ -486,12 +487,15 @@ void *hib_resume(fern_thread *t, void *block)
      * handler reads the interrupted thread's stack (preemption's does), and
      * a touch here would wait for this very restore. Faults stay open. */
     sigset_t all, old;
-    sigfillset(&all);
-    sigdelset(&all, SIGSEGV);
-    sigdelset(&all, SIGBUS);
-    sigdelset(&all, SIGILL);
-    sigdelset(&all, SIGFPE);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
+    bool masked = LOAD(&t->hib) != H_RESIDENT; /* a toucher restored it: no need */
+    if (masked) {
+        sigfillset(&all);
+        sigdelset(&all, SIGSEGV);
+        sigdelset(&all, SIGBUS);
+        sigdelset(&all, SIGILL);
+        sigdelset(&all, SIGFPE);
+        pthread_sigmask(SIG_BLOCK, &all, &old);
+    }
     for (;;) {
         uint8_t h = LOAD(&t->hib);
         if (h == H_RESIDENT)
@@ -503,7 +507,8 @@ void *hib_resume(fern_thread *t, void *block)
         }
         wait_a_bit(&spins); /* a toucher is restoring it */
     }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (masked)
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
     void *sp = (void *)B_SP(b);
     size_t bytes = sizeof *b + (size_t)B_LIVE(b);
     STORE(&t->hib, H_NONE);
