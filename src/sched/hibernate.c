@@ -131,6 +131,9 @@ const char *hibernate_unsupported(void)
 {
 #if !ARCH_HIBERNATE
     return "this architecture's fern does not support";
+#elif defined(FERN_TSAN)
+    return "a ThreadSanitizer build of fern does not support (not validated there: the copies of "
+           "a stack out and back bypass ThreadSanitizer's view of that memory)";
 #else
 #ifdef FERN_VALGRIND
     if (RUNNING_ON_VALGRIND)

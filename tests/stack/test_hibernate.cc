@@ -39,9 +39,26 @@ bool start_hibernating(long delay_us = 1) {
     return stats().hibernate;
 }
 
+// A ThreadSanitizer build refuses hibernation with EINVAL and one line.
+TEST(HibernateRefused, ThreadSanitizerBuildSaysWhy) {
+    if (!kTsan) GTEST_SKIP() << "only a ThreadSanitizer build refuses";
+    if (runtime_running()) {
+        ASSERT_EQ(0, fern_shutdown());
+    }
+    fern_config cfg{};
+    cfg.hibernate_us = 1000;
+    ::testing::internal::CaptureStderr();
+    int rc = fern_init(&cfg);
+    std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(EINVAL, rc);
+    EXPECT_NE(std::string::npos, err.find("ThreadSanitizer")) << err;
+    EXPECT_FALSE(runtime_running());
+}
+
 class Hibernate : public ::testing::Test {
   protected:
     void SetUp() override {
+        if (kTsan) GTEST_SKIP() << "a ThreadSanitizer build refuses hibernation";
         if (!start_hibernating()) GTEST_SKIP() << "no stack hibernation on this kernel";
     }
     void TearDown() override {
@@ -381,6 +398,7 @@ TEST_F(Hibernate, TouchesDuringHibernationKept) {
 // With hibernation on, a real fault is still reported and fatal: the
 // handler restores only stacks it hibernated.
 TEST(HibernateDeathTest, RealFaultsStillFatal) {
+    if (kTsan) GTEST_SKIP() << "a ThreadSanitizer build refuses hibernation";
     GTEST_FLAG_SET(death_test_style, fern_test::death_style());
     setenv("FERN_HIBERNATE", "1", 1); // read by the child's runtime
     setenv("FERN_HIBERNATE_US", "0", 1);
