@@ -257,12 +257,14 @@ bool hib_wake_slow(fern_thread *t)
         uint8_t want;
         if (h == H_SEEN)
             want = H_NONE;      /* it ran before it was old enough */
+        else if (h == H_RESIDENT_SEEN)
+            want = H_RESIDENT;
         else if (h == H_BUSY)
             want = H_BUSY | H_WAKE; /* the monitor queues it */
         else
             return false;       /* none, or hibernated: it resumes through hib_resume */
         if (CAS(&t->hib, &h, want))
-            return want != H_NONE;
+            return want == (H_BUSY | H_WAKE);
     }
 }
 
@@ -473,7 +475,7 @@ void *hib_real_sp(const fern_thread *t)
 {
     void *sp = LOAD_RELAXED(&t->sp);
     uint8_t h = LOAD(&t->hib);
-    if (h == H_DONE || h == H_RESTORING || h == H_RESIDENT)
+    if (h == H_DONE || h == H_RESTORING || h == H_RESIDENT || h == H_RESIDENT_SEEN)
         return (void *)B_SP((struct hib_block *)sp);
     return sp;
 }
@@ -489,32 +491,40 @@ void *hib_resume(fern_thread *t, void *block)
     /* No signal handler may run on this thread until its stack is back: a
      * handler reads the interrupted thread's stack (preemption's does), and
      * a touch here would wait for this very restore. Faults stay open. */
+    /* (A toucher usually restored it already: then no masking.) */
     sigset_t all, old;
-    bool masked = LOAD(&t->hib) != H_RESIDENT; /* a toucher restored it: no need */
-    if (masked) {
-        sigfillset(&all);
-        sigdelset(&all, SIGSEGV);
-        sigdelset(&all, SIGBUS);
-        sigdelset(&all, SIGILL);
-        sigdelset(&all, SIGFPE);
-        pthread_sigmask(SIG_BLOCK, &all, &old);
-    }
+    bool masked = false;
     for (;;) {
         uint8_t h = LOAD(&t->hib);
-        if (h == H_RESIDENT)
-            break;
-        if (h == H_DONE && CAS(&t->hib, &h, H_RESTORING)) {
-            item_of(&it, t);
-            restore(&it, 1, false);
-            break;
+        if (h == H_RESIDENT || h == H_RESIDENT_SEEN) {
+            /* A CAS: the monitor may have taken it to BUSY from a stale
+             * look (it lets go once it sees the thread run). */
+            if (CAS(&t->hib, &h, H_NONE))
+                break;
+            continue;
         }
-        wait_a_bit(&spins); /* a toucher is restoring it */
+        if (h == H_DONE) {
+            if (!masked) {
+                sigfillset(&all);
+                sigdelset(&all, SIGSEGV);
+                sigdelset(&all, SIGBUS);
+                sigdelset(&all, SIGILL);
+                sigdelset(&all, SIGFPE);
+                pthread_sigmask(SIG_BLOCK, &all, &old);
+                masked = true;
+            }
+            if (CAS(&t->hib, &h, H_RESTORING)) {
+                item_of(&it, t);
+                restore(&it, 1, false); /* -> RESIDENT, then NONE above */
+            }
+            continue;
+        }
+        wait_a_bit(&spins); /* a toucher restores it, or the monitor lets go */
     }
     if (masked)
         pthread_sigmask(SIG_SETMASK, &old, NULL);
     void *sp = (void *)B_SP(b);
     size_t bytes = sizeof *b + (size_t)B_LIVE(b);
-    STORE(&t->hib, H_NONE);
     STORE((fern_thread **)B_OWNER(b), NULL);
     ADD_RELAXED(&H.bytes, -bytes);
     free(b);
@@ -570,16 +580,17 @@ void hib_scan_thread(fern_thread *t)
     if (LOAD(&t->run_state) != T_PARKED || LOAD_RELAXED(&t->hib_no) || !LOAD_RELAXED(&t->stack))
         return;
     uint8_t h = LOAD_RELAXED(&t->hib);
-    if (h == H_NONE && H.delay_ns > 0) {
+    if ((h == H_NONE || h == H_RESIDENT) && H.delay_ns > 0) {
         /* Parked now; hibernated at a later scan if still parked then. */
-        if (CAS(&t->hib, &h, H_SEEN))
+        if (CAS(&t->hib, &h, h == H_NONE ? H_SEEN : H_RESIDENT_SEEN))
             H.marked = true;
         return;
     }
-    /* H_RESIDENT: restored by a touch and still parked: again, into the
+    /* RESIDENT: restored by a touch and still parked: again, into the
      * block it has (its live range has not changed). */
-    if ((h == H_NONE || h == H_SEEN || h == H_RESIDENT) && CAS(&t->hib, &h, H_BUSY)) {
-        H.was[H.n] = h == H_RESIDENT;
+    bool was = h == H_RESIDENT || h == H_RESIDENT_SEEN;
+    if ((h == H_NONE || h == H_SEEN || was) && CAS(&t->hib, &h, H_BUSY)) {
+        H.was[H.n] = was;
         H.batch[H.n++] = t;
         if (H.n == HIB_BATCH)
             hib_scan_flush();

@@ -29,9 +29,14 @@ _Static_assert(offsetof(struct fern_thread, hib) == offsetof(struct fern_thread,
  * BUSY -> DONE: hibernated (t->sp points at the block's frame). DONE ->
  * RESTORING by whoever restores it (the thread resuming, or a touch), then
  * RESIDENT (the stack is back, the block still holds the frame that leads
- * to hib_resume), and the thread's own hib_resume takes RESIDENT -> NONE. */
+ * to hib_resume), and the thread's own hib_resume takes RESIDENT -> NONE.
+ * A RESIDENT thread still parked goes RESIDENT -> RESIDENT_SEEN -> BUSY over
+ * two scans, as NONE does (a wake-up takes RESIDENT_SEEN back to RESIDENT):
+ * a touch usually comes just before the thread's wake-up (a broadcast's
+ * waker reads its waiter), which must not find it hibernated again. */
 enum {
     H_NONE = 0, H_SEEN = 1, H_BUSY = 2, H_DONE = 3, H_RESTORING = 4, H_RESIDENT = 5,
+    H_RESIDENT_SEEN = 6, /* RESIDENT, and seen so at a scan (as SEEN is to NONE) */
     H_WAKE = 0x80,
 };
 /* fern_thread.hib_no bits. */
