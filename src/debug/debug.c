@@ -194,6 +194,13 @@ int fern_dump(FILE *f)
             (unsigned long long)s.threads_live, s.clusters, s.workers,
             (unsigned long long)s.stacks_mapped, (unsigned long long)s.stacks_in_use);
     preempt_dump(f);
+    if (s.hibernate)
+        fprintf(f,
+                "hibernation: on, after %lld us parked; %llu stacks hibernated (%llu heap bytes), "
+                "%llu restores (%llu by touches)\n",
+                (long long)(config.hibernate_ns / 1000), (unsigned long long)s.hibernated,
+                (unsigned long long)s.hibernate_bytes, (unsigned long long)s.hibernate_restores,
+                (unsigned long long)s.hibernate_touches);
     sched_dump_clusters(f);
     int n = threads_dump(f);
     fflush(f);

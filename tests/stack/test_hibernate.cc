@@ -176,6 +176,7 @@ TEST_F(Hibernate, ForeignReadsAndWritesKeptStacksIntact) {
     fern_dump(f);
     fclose(f);
     EXPECT_NE(nullptr, strstr(dump, "(hibernated)"));
+    EXPECT_NE(nullptr, strstr(dump, "hibernation: on, after 1 us parked; "));
     free(dump);
     uint64_t touches0 = stats().hibernate_touches;
 
