@@ -728,6 +728,16 @@ void hib_scan_end(int64_t now)
     H.next_scan = now + H.delay_ns;
 }
 
+void hib_forget(fern_thread *t)
+{
+    uint8_t h = t->hib;
+    if (h == H_DONE || h == H_RESIDENT || h == H_RESIDENT_SEEN) {
+        free(t->sp);
+        t->sp = NULL;
+    }
+    t->hib = H_NONE;
+}
+
 void hib_stats(struct fern_stats *s)
 {
     s->hibernate = LOAD_RELAXED(&hib_on);

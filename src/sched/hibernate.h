@@ -101,5 +101,8 @@ void hib_worker_stop(void);
 void *hib_resume(fern_thread *t, void *block);
 
 void hib_stats(struct fern_stats *s);
+/* Shutdown destroys t, parked: free its hibernated stack's block, if any
+ * (the workers and the monitor are stopped). */
+void hib_forget(fern_thread *t);
 
 #endif

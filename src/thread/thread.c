@@ -165,6 +165,7 @@ void threads_fini(uint64_t *abandoned)
                 (*abandoned)++;
                 free(t->keys);
                 free(t->rdheld);
+                hib_forget(t);
 #ifdef FERN_TSAN
                 tsan_fiber_drop(t);
 #endif
