@@ -338,6 +338,17 @@ static void restore(struct item *v, unsigned n, bool touched)
         iov[i] = (struct iovec){v[i].lo, (size_t)(v[i].top - v[i].lo)};
         want += (long)iov[i].iov_len;
     }
+    /* No signal handler may run on this thread meanwhile: one that reads a
+     * stack being restored here (preemption's reads the running thread's,
+     * which is this one's while it restores itself, or while a switch to
+     * it restores it) would wait for this very restore. Faults stay open. */
+    sigset_t all, old;
+    sigfillset(&all);
+    sigdelset(&all, SIGSEGV);
+    sigdelset(&all, SIGBUS);
+    sigdelset(&all, SIGILL);
+    sigdelset(&all, SIGFPE);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
     int fd = mem_fd();
     if (!protect_runs(v, n, PROT_NONE))
         die("fern: cannot protect a hibernated stack while it is restored (vm.max_map_count?); "
@@ -348,6 +359,7 @@ static void restore(struct item *v, unsigned n, bool touched)
         mem_write(fd, v[i].sp, v[i].b->data, (size_t)B_LIVE(v[i].b));
     if (!protect_runs(v, n, PROT_READ | PROT_WRITE))
         die("fern: cannot make a restored stack writable again; aborting\n");
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     /* Before the states: whoever sees one of them sees the count too. */
     ADD_RELAXED(&H.gen, 1);
     __atomic_thread_fence(__ATOMIC_RELEASE);
@@ -488,12 +500,7 @@ void *hib_resume(fern_thread *t, void *block)
     struct hib_block *b = block;
     struct item it;
     unsigned spins = 0;
-    /* No signal handler may run on this thread until its stack is back: a
-     * handler reads the interrupted thread's stack (preemption's does), and
-     * a touch here would wait for this very restore. Faults stay open. */
-    /* (A toucher usually restored it already: then no masking.) */
-    sigset_t all, old;
-    bool masked = false;
+    /* Signals are blocked while restore() runs (see there). */
     for (;;) {
         uint8_t h = LOAD(&t->hib);
         if (h == H_RESIDENT || h == H_RESIDENT_SEEN) {
@@ -504,15 +511,6 @@ void *hib_resume(fern_thread *t, void *block)
             continue;
         }
         if (h == H_DONE) {
-            if (!masked) {
-                sigfillset(&all);
-                sigdelset(&all, SIGSEGV);
-                sigdelset(&all, SIGBUS);
-                sigdelset(&all, SIGILL);
-                sigdelset(&all, SIGFPE);
-                pthread_sigmask(SIG_BLOCK, &all, &old);
-                masked = true;
-            }
             if (CAS(&t->hib, &h, H_RESTORING)) {
                 item_of(&it, t);
                 restore(&it, 1, false); /* -> RESIDENT, then NONE above */
@@ -521,8 +519,6 @@ void *hib_resume(fern_thread *t, void *block)
         }
         wait_a_bit(&spins); /* a toucher restores it, or the monitor lets go */
     }
-    if (masked)
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
     void *sp = (void *)B_SP(b);
     size_t bytes = sizeof *b + (size_t)B_LIVE(b);
     STORE((fern_thread **)B_OWNER(b), NULL);
