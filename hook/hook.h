@@ -74,9 +74,15 @@ struct hk_call {
     long nr;
     long a[6];
 };
+/* EFAULT may mean a buffer on a hibernated green stack (docs/stacks.md,
+ * "Hibernation"), which the kernel cannot restore: fern__hib_retry restores
+ * what the call's arguments point into and says whether to try again. */
 static inline long hk_do(const struct hk_call *c)
 {
-    return hk_sys6(c->nr, c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5]);
+    long r = hk_sys6(c->nr, c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5]);
+    for (int i = 0; __builtin_expect(r == -EFAULT, 0) && i < 4 && fern__hib_retry(c->nr, c->a); i++)
+        r = hk_sys6(c->nr, c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5]);
+    return r;
 }
 
 /* Under ThreadSanitizer, the part of a green thread's call that may park

@@ -85,7 +85,19 @@ typedef struct fern_config {
                         * $FERN_SHUTDOWN_GRACE_MS or FERN_SHUTDOWN_GRACE_DEFAULT_MS;
                         * FERN_SHUTDOWN_GRACE_NONE (-1) = destroy at once;
                         * otherwise 1 to FERN_SHUTDOWN_GRACE_MAX_MS. */
+    long hibernate_us; /* stack hibernation (docs/stacks.md, "Hibernation"):
+                        * a green thread parked this many microseconds has
+                        * its stack copied out and its stack pages returned
+                        * to the kernel until it runs again or another
+                        * thread touches them. 0 = $FERN_HIBERNATE (off by
+                        * default) and $FERN_HIBERNATE_US
+                        * (FERN_HIBERNATE_DEFAULT_US); FERN_HIBERNATE_OFF =
+                        * off; otherwise on, [1, FERN_HIBERNATE_MAX_US]. */
 } fern_config;
+
+#define FERN_HIBERNATE_DEFAULT_US 1000000L
+#define FERN_HIBERNATE_MAX_US 3600000000L
+#define FERN_HIBERNATE_OFF (-1L)
 
 #define FERN_PREEMPT_DEFAULT_US 10000L
 #define FERN_PREEMPT_MIN_US 100L
@@ -102,7 +114,10 @@ typedef struct fern_config {
  * Returns 0; EINVAL if cfg asks for more than FERN_WORKERS_MAX workers, a
  * stack size outside [FERN_STACK_MIN, FERN_STACK_MAX] or a preempt_us that is
  * neither 0, FERN_PREEMPT_OFF nor in [FERN_PREEMPT_MIN_US,
- * FERN_PREEMPT_MAX_US], a preempt_libs list that is not valid, or if a FERN_*
+ * FERN_PREEMPT_MAX_US], a preempt_libs list that is not valid, a hibernate_us that is neither 0,
+ * FERN_HIBERNATE_OFF nor in [1, FERN_HIBERNATE_MAX_US] (or hibernation asked
+ * for in a build or on an architecture that cannot hibernate: see
+ * docs/stacks.md), or if a FERN_*
  * environment variable holds a value that is not accepted (one line on stderr
  * names the setting, the value and what is accepted); EBUSY if the runtime
  * is already running; EAGAIN/ENOMEM if workers or memory could not be had;
@@ -145,6 +160,9 @@ typedef struct fern_attr {
     const char *name;      /* the thread's name, copied (first 31 bytes); NULL = no name */
     fern_cluster *cluster; /* where it runs; NULL = the current cluster, or the default one */
     bool detached;         /* true: resources freed at exit, cannot be joined */
+    bool no_hibernate;     /* true: its stack is never hibernated (docs/stacks.md):
+                            * for a thread whose stack memory other threads
+                            * pass to system calls while it is parked */
 } fern_attr;
 
 /* Create a green thread running fn(arg). Returning from fn ends the thread
@@ -1012,6 +1030,17 @@ struct fern_stats {
                                   (preadv2 with RWF_NOWAIT), since fern_init */
     uint64_t file_uring_ops;   /* calls completed on io_uring */
     uint64_t file_pool_ops;    /* calls run on the blocking pool */
+    /* Stack hibernation (docs/stacks.md). */
+    bool hibernate;            /* on (asked for, and this kernel has guard
+                                  markers and membarrier) */
+    uint64_t hibernated;       /* threads whose stack is hibernated now */
+    uint64_t hibernations;     /* stacks hibernated since fern_init */
+    uint64_t hibernate_restores; /* stacks restored since fern_init, by their
+                                  thread resuming or by a touch */
+    uint64_t hibernate_touches; /* of those, restored because another thread
+                                  touched the stack (a fault or, in fern-hook,
+                                  EFAULT) */
+    uint64_t hibernate_bytes;  /* heap bytes holding hibernated stacks now */
 };
 
 /* Fill *s with counters (read without stopping workers: each is exact, the

@@ -30,6 +30,8 @@ struct config {
     char trace[4096];          /* $FERN_TRACE: a file, "ring" or "ring:DIR"; "" off */
     uint32_t trace_events;     /* $FERN_TRACE_EVENTS: slots per buffer, 0 the default */
     int64_t shutdown_grace_ns; /* fern_config.shutdown_grace_ms, $FERN_SHUTDOWN_GRACE_MS */
+    bool hibernate;            /* fern_config.hibernate_us, $FERN_HIBERNATE */
+    int64_t hibernate_ns;      /* fern_config.hibernate_us, $FERN_HIBERNATE_US */
 };
 /* FERN_DEADLOCK's values, in its accepted order (watch/deadlock.c). */
 enum { CONFIG_DEADLOCK_REPORT, CONFIG_DEADLOCK_FATAL, CONFIG_DEADLOCK_OFF };

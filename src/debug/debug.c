@@ -107,6 +107,9 @@ static bool sp_jumped_guard(const struct stack *s, const void *uc)
 
 static void on_fault(int sig, siginfo_t *si, void *uc)
 {
+    /* A touch of a hibernated stack: restored, retry the access. */
+    if (sig == SIGSEGV && hib_fault(si->si_addr))
+        return;
     struct worker *w = worker_self();
     if (w && w->cur && w->cur != &w->g0) {
         fern_thread *t = w->cur;
@@ -173,6 +176,7 @@ int fern_stats(struct fern_stats *s)
     sched_stats(s);
     stack_stats(s);
     monitor_stats(s);
+    hib_stats(s);
     return 0;
 }
 
@@ -193,6 +197,13 @@ int fern_dump(FILE *f)
     preempt_dump(f);
     trace_report(f);
     io_file_dump(f);
+    if (s.hibernate)
+        fprintf(f,
+                "hibernation: on, after %lld us parked; %llu stacks hibernated (%llu heap bytes), "
+                "%llu restores (%llu by touches)\n",
+                (long long)(config.hibernate_ns / 1000), (unsigned long long)s.hibernated,
+                (unsigned long long)s.hibernate_bytes, (unsigned long long)s.hibernate_restores,
+                (unsigned long long)s.hibernate_touches);
     sched_dump_clusters(f);
     int n = threads_dump(f);
     fflush(f);

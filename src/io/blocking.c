@@ -139,7 +139,12 @@ void *fern_blocking(void *(*fn)(void *), void *arg)
     waiter_init(&j.wt);
     STORE_RELAXED(&self->wait_what, "blocking pool");
     STORE_RELAXED(&self->wait_obj, (const void *)fn);
+    /* A helper thread runs fn, whose system calls may be given buffers on
+     * this stack (and the job record is here): never hibernated meanwhile,
+     * since the kernel cannot restore a stack (sched/hibernate.c). */
+    __atomic_fetch_or(&self->hib_no, HN_KERNEL, __ATOMIC_RELAXED);
     parker_wait(j.wt.p, job_publish, &j, FERN_FOREVER);
+    __atomic_fetch_and(&self->hib_no, (uint8_t)~HN_KERNEL, __ATOMIC_RELAXED);
     STORE_RELAXED(&self->wait_what, NULL);
     errno_set(j.err);
     return j.result;

@@ -114,6 +114,13 @@ FERN__API extern uint32_t fern__lot_nwait;
  * the same for the thread's whole life. 0 on a plain thread. */
 FERN__API int fern__lock_owner_id(void);
 
+/* A call failed with EFAULT: restore the hibernated green stacks its
+ * arguments (a[0..5] of system call nr; the buffers of read/write-like calls,
+ * readv/writev's iovecs, sendmsg/recvmsg's message) point into. Returns 1
+ * if any was restored (the call may be retried), 0 if none (the EFAULT is
+ * real). */
+FERN__API int fern__hib_retry(long nr, const long *a);
+
 /* Under ThreadSanitizer (a libfern built with it), bracket the part of a
  * hooked call that may park: the green thread runs it on a second TSan fiber
  * (thread/thread.c says why). Nesting is counted. No-ops otherwise and on plain

@@ -13,6 +13,10 @@
 #include "io.h"
 #include "io/hookapi.h"
 
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+
 int fern__hook_green(void) { return thread_current() != NULL; }
 
 int fern__cancel_due(void) { return cancel_due(thread_current()); }
@@ -169,4 +173,36 @@ int fern__lock_owner_id(void)
     /* 2^28 and up: above any kernel thread id (pid_max is at most 2^22)
      * and below glibc's robust-mutex flag bits (2^30, 2^31). */
     return t ? (int)(0x10000000u | (uint32_t)(t->id & 0x0fffffffu)) : 0;
+}
+
+/* Restore what a failed call's arguments point into (hookapi.h). The
+ * pointer arguments of every call are tried (a hibernated stack is found
+ * from any address in it); the vectored calls' buffers are read from their
+ * iovec (which, if on a hibernated stack, the first pass restored). */
+static bool touch_iov(const struct iovec *v, long n)
+{
+    bool any = false;
+    for (long i = 0; v && i < n && i < 1024; i++)
+        any |= hib_touch(v[i].iov_base, v[i].iov_len);
+    return any;
+}
+
+int fern__hib_retry(long nr, const long *a)
+{
+    if (!LOAD_RELAXED(&hib_on))
+        return 0;
+    bool any = false;
+    for (int i = 0; i < 6; i++)
+        any |= hib_touch((const void *)a[i], 1);
+    if (nr == SYS_readv || nr == SYS_writev)
+        any |= touch_iov((const struct iovec *)a[1], a[2]);
+    if (nr == SYS_recvmsg || nr == SYS_sendmsg) {
+        const struct msghdr *m = (const struct msghdr *)a[1];
+        if (m) {
+            any |= hib_touch(m->msg_name, m->msg_namelen);
+            any |= hib_touch(m->msg_control, m->msg_controllen);
+            any |= touch_iov(m->msg_iov, (long)m->msg_iovlen);
+        }
+    }
+    return any;
 }

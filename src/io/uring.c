@@ -308,7 +308,12 @@ int uring_run(struct uop *op)
     /* Counted as a waiter: the workers poll while it is in flight (this
      * worker too, when it runs out of threads and idles). */
     ADD_RELAXED(&IO.waiters, 1);
+    /* The kernel reads and writes the buffers (often on this stack) while
+     * the op is in flight, and it cannot restore a hibernated stack: never
+     * hibernated meanwhile (sched/hibernate.c), as in fern_blocking. */
+    __atomic_fetch_or(&self->hib_no, HN_KERNEL, __ATOMIC_RELAXED);
     parker_wait(op->wt.p, uring_submit, op, FERN_FOREVER);
+    __atomic_fetch_and(&self->hib_no, (uint8_t)~HN_KERNEL, __ATOMIC_RELAXED);
     __atomic_fetch_sub(&IO.waiters, 1, __ATOMIC_RELAXED);
     STORE_RELAXED(&self->wait_what, NULL);
     if (op->refused)

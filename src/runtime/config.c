@@ -292,6 +292,39 @@ int config_load(const fern_config *cfg, struct config *out)
                        "a power of two from 1024 to 16777216 (events per worker's buffer; "
                        "default 65536, 16384 for FERN_TRACE=ring)");
     n.trace_events = (uint32_t)v;
+    /* Stack hibernation (docs/stacks.md): off unless asked for. */
+    long hus = c.hibernate_us;
+    if (hus != 0 && hus != FERN_HIBERNATE_OFF && (hus < 1 || hus > FERN_HIBERNATE_MAX_US)) {
+        snprintf(given, sizeof given, "%ld", hus);
+        return invalid("fern_config.hibernate_us", given,
+                       "0 (the default: $FERN_HIBERNATE and $FERN_HIBERNATE_US), "
+                       "FERN_HIBERNATE_OFF (-1) or 1 to 3600000000 microseconds");
+    }
+    n.hibernate = hus > 0;
+    n.hibernate_ns = (int64_t)(hus > 0 ? hus : FERN_HIBERNATE_DEFAULT_US) * 1000;
+    const char *hib_name = "fern_config.hibernate_us";
+    if (hus == 0) {
+        static const char *const hib_choices[] = {"0", "1", NULL};
+        int on = 0;
+        if ((r = env_choice("FERN_HIBERNATE", hib_choices, "0 (off, the default) or 1 (on)",
+                            &on)))
+            return r;
+        n.hibernate = on == 1;
+        v = FERN_HIBERNATE_DEFAULT_US;
+        if ((r = env_count("FERN_HIBERNATE_US", 0, FERN_HIBERNATE_MAX_US,
+                           "a whole number of microseconds from 0 (at once, for testing) to "
+                           "3600000000 (default 1000000)",
+                           &v)))
+            return r;
+        n.hibernate_ns = (int64_t)v * 1000;
+        hib_name = "FERN_HIBERNATE";
+    }
+    const char *no_hib = hibernate_unsupported();
+    if (n.hibernate && no_hib) {
+        fprintf(stderr, "fern: %s asks for stack hibernation, which %s (docs/stacks.md)\n",
+                hib_name, no_hib);
+        return EINVAL;
+    }
 
     *out = n;
     return 0;

@@ -42,6 +42,8 @@ static int runtime_init(const fern_config *cfg, const char *implicit_by)
     config = c;
     r = stack_init();
     if (r == 0)
+        hib_init(); /* before the workers: each maps its hibernation stack */
+    if (r == 0)
         r = signals_install();
     if (r == 0)
         r = crash_start();
@@ -182,6 +184,7 @@ int fern_shutdown(void)
         /* A stuck worker still uses the descriptors and stacks. */
         threads_fini(&abandoned);
         io_fini();
+        hib_fini();
         stack_fini();
     }
     (void)abandoned;

@@ -15,7 +15,11 @@ struct waiter;
 struct keyval;
 struct rdheld;
 
-enum tstate {            /* for fern_dump */
+/* For fern_dump, and for hibernation (sched/hibernate.c), which takes only
+ * T_PARKED threads: a parking thread stays T_RUNNING until the wait's
+ * after-switch action (sync/wait.c), which runs once its registers are saved
+ * (invariant 1), stores T_PARKED with release order. */
+enum tstate {
     T_NEW = 0, T_RUNNABLE, T_RUNNING, T_PARKED, T_EXITING,
 };
 enum tlife {             /* lifecycle flags, under tlock */
@@ -37,7 +41,16 @@ struct fern_thread {
     fern_thread *link;          /* inbox / free list link */
     int saved_errno;
     uint32_t tlock;
-    uint32_t life;
+    /* Spawn sets these four bytes with one store (lifeword). hib is read by
+     * every wake-up (hib_gate), so it sits in this line beside run_state. */
+    union {
+        uint32_t lifeword;
+        struct {
+            uint16_t life;
+            uint8_t hib;        /* hibernation state, H_* (sched/hibernate.h) */
+            uint8_t hib_no;     /* why it must not hibernate, HN_* bits */
+        };
+    };
     uint8_t alloc;              /* A_FREE / A_LIVE */
     uint8_t run_state;          /* enum tstate, relaxed, for fern_dump */
     uint8_t stack_cls;

@@ -9,6 +9,7 @@
 #include "sched/sched.h"
 #include "sched/switch.h"
 #include "sched/trace.h"
+#include "sched/hibernate.h"
 #include "base/probes.h"
 
 static void ready_last(struct worker *w, fern_thread *t);
@@ -34,14 +35,13 @@ static __attribute__((noinline)) void ready_from(struct worker *w, fern_thread *
         cluster_wake(c);
 }
 
-static inline __attribute__((always_inline)) void ready(struct worker *w, fern_thread *t)
+static inline __attribute__((always_inline)) void ready_now(struct worker *w, fern_thread *t)
 {
     if (w && w->cluster == t->cluster) {
         if (unlikely(w->wake_from)) {
             ready_from(w, t);
             return;
         }
-        STORE_RELAXED(&t->run_state, T_RUNNABLE);
         if (w->alone) {
             /* No thieves, and this worker is awake: nobody to wake. */
             fern_thread *old = LOAD_RELAXED(&w->next);
@@ -68,13 +68,25 @@ static inline __attribute__((always_inline)) void ready(struct worker *w, fern_t
     inbox_push_wake(t->cluster, t);
 }
 
+/* hib_gate saw hibernation's state set: out of line, so that sched_ready
+ * reaches it with a jump and keeps no frame of its own. */
+static __attribute__((noinline)) void ready_hib(fern_thread *t)
+{
+    if (!hib_wake_slow(t))
+        ready_now(worker_self(), t);
+}
+
 /* sched_ready while a trace records: the event, then the same body. Apart,
  * so that the event point costs sched_ready a test and a tail jump, not a
  * stack frame. */
 static __attribute__((noinline)) void ready_traced(struct worker *w, fern_thread *t)
 {
     trace_wake(w, t, false);
-    ready(w, t);
+    if (unlikely(hib_gate_hit(t))) {
+        ready_hib(t);
+        return;
+    }
+    ready_now(w, t);
 }
 
 void sched_ready(fern_thread *t)
@@ -85,7 +97,12 @@ void sched_ready(fern_thread *t)
         ready_traced(w, t);
         return;
     });
-    ready(w, t);
+    /* run_state = T_RUNNABLE, then: is the monitor hibernating t? */
+    if (unlikely(hib_gate_hit(t))) {
+        ready_hib(t);
+        return;
+    }
+    ready_now(w, t);
 }
 
 /* Queue t behind the threads already queued on w (its ring, waking an idle
@@ -109,6 +126,8 @@ static void ready_last(struct worker *w, fern_thread *t)
 static __attribute__((noinline)) void ready_tail_traced(fern_thread *t)
 {
     trace_wake(worker_self(), t, true);
+    if (unlikely(hib_gate_hit(t)) && hib_wake_slow(t))
+        return;
     ready_last(worker_self(), t);
 }
 
@@ -119,6 +138,8 @@ void sched_ready_tail(fern_thread *t)
         ready_tail_traced(t);
         return;
     });
+    if (unlikely(hib_gate_hit(t)) && hib_wake_slow(t))
+        return;
     ready_last(worker_self(), t);
 }
 

@@ -21,6 +21,9 @@
  *   stats.c    the scheduler's part of fern_stats and fern_dump
  *   timer.c    per-worker timer heaps, and firing another worker's due
  *              timers (timer.h)
+ *   hibernate.c  stack hibernation: parked threads' stacks copied out and
+ *              their pages released, restored on resume or touch
+ *              (hibernate.h; below the wait paths, driven by the monitor)
  * The design of the scheduler as a whole follows.
  *
  * Where a runnable thread can be:
@@ -200,6 +203,7 @@
 #include "sched/runq.h"
 #include "sched/tqueue.h"
 #include "sched/worker.h"
+#include "sched/hibernate.h"
 
 int64_t cluster_live(struct fern_cluster *c);
 void sched_park(after_fn fn, void *arg);

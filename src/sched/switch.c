@@ -125,8 +125,10 @@ static inline __attribute__((always_inline)) void park(after_fn fn, void *arg, b
     struct worker *w = worker_self();
     fern_thread *cur = w->cur;
     fern_thread *next;
-    /* run_state becomes T_PARKED in fn, once cur is saved: a canceller
-     * waits for that before it readies cur (thread/cancel.c). */
+    /* run_state stays T_RUNNING until the wait's after-switch action
+     * stores T_PARKED, once the registers are saved (sync/wait.c): a
+     * canceller waits for that before it readies cur (thread/cancel.c), and
+     * only then is cur a candidate for hibernation (sched/hibernate.c). */
     PROBE2(park, cur->id, cur->wait_what);
     w->after = fn;
     w->after_prev = cur;

@@ -38,6 +38,7 @@ static void *worker_main(void *arg)
     if (__cxa_get_globals)
         w->eh = __cxa_get_globals();
     altstack_setup(w);
+    hib_worker_start();
     preempt_worker_start(w);
 #ifdef FERN_TSAN
     w->g0.tsan_fiber = __tsan_get_current_fiber();
@@ -67,6 +68,7 @@ static void *worker_main(void *arg)
         TRACE(trace_event(w, TR_SPARE_END, trace_track(w), 0, 0));
     stack_cache_flush(w);
     preempt_worker_stop(w);
+    hib_worker_stop();
     altstack_free(w);
     fern_tls_worker_ = NULL;
     STORE_RELAXED(&w->tid, 0); /* the monitor skips a worker without a kernel thread */

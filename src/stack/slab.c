@@ -96,14 +96,19 @@ static bool guard_install_works(void)
     return ok;
 }
 
-static long guard_batch_call(const struct iovec *v, size_t n)
+long stack_madvise_batch(const struct iovec *v, size_t n, int advice)
 {
 #ifdef SYS_process_madvise
-    return syscall(SYS_process_madvise, PIDFD_SELF_THREAD_, v, n, MADV_GUARD_INSTALL, 0);
+    return syscall(SYS_process_madvise, PIDFD_SELF_THREAD_, v, n, advice, 0);
 #else
     errno = ENOSYS;
     return -1;
 #endif
+}
+
+static long guard_batch_call(const struct iovec *v, size_t n)
+{
+    return stack_madvise_batch(v, n, MADV_GUARD_INSTALL);
 }
 
 /* Does mincore tell a touched page from an untouched one at our page size?
@@ -160,8 +165,22 @@ int stack_init(void)
                     guard_batch_works();
     if (S.guard_mode == FERN_GUARD_MPROTECT && S.guard_budget == 0)
         S.guard_mode = FERN_GUARD_CANARY;
+    /* Hibernation finds a hibernated stack's thread from an address
+     * through the owner tables (sched/hibernate.c). */
+    S.owners = config.hibernate;
     S.inited = true;
     return 0;
+}
+
+size_t stack_page(void) { return S.page; }
+
+/* 1: guard markers in batches (process_madvise), 0: guard markers one call
+ * at a time, -1: no guard markers. */
+int stack_guard_batched(void)
+{
+    if (LOAD_RELAXED(&S.guard_mode) != FERN_GUARD_MADVISE)
+        return -1;
+    return LOAD_RELAXED(&S.guard_batch) ? 1 : 0;
 }
 
 void stack_fini(void)
@@ -170,6 +189,7 @@ void stack_fini(void)
     while (s) {
         struct slab *n = s->next;
         munmap(s->base, s->bytes);
+        free(s->owner);
         free(s);
         s = n;
     }
@@ -219,9 +239,16 @@ char *slot_reserve(int cls, int *mode, bool *pre, struct guard_job *job)
             free(sl);
             return NULL;
         }
+        sl->stride = stride;
+        sl->owner = NULL;
+        if (S.owners && !(sl->owner = calloc(slots, sizeof *sl->owner))) {
+            munmap(sl->base, sl->bytes);
+            free(sl);
+            return NULL;
+        }
         madvise(sl->base, sl->bytes, MADV_NOHUGEPAGE);
         sl->next = S.slabs;
-        S.slabs = sl;
+        STORE(&S.slabs, sl); /* release: stack_slot_of reads the list unlocked */
         S.reserved += sl->bytes;
         p->slab_slots = slots;
         p->carve = sl->base;
@@ -321,6 +348,27 @@ struct stack *slot_init(char *slot, int cls, int mode, bool guarded)
  * would slow the busy workers down. So for stacks up to TRIM_PROBE_MAX the
  * range is first asked with mincore (no flush), and only stacks that did
  * touch pages there are trimmed. */
+
+bool stack_slot_of(const void *addr, struct slot_ref *r)
+{
+    const char *a = addr;
+    for (struct slab *sl = LOAD(&S.slabs); sl; sl = LOAD_RELAXED(&sl->next)) {
+        if (a < sl->base || a >= sl->base + sl->bytes)
+            continue;
+        if (!sl->owner)
+            return false;
+        size_t i = (size_t)(a - sl->base) / sl->stride;
+        char *slot = sl->base + i * sl->stride;
+        r->lo = slot + S.page;
+        r->top = slot + sl->stride;
+        r->owners = sl->owner;
+        r->index = i;
+        r->nslots = sl->bytes / sl->stride;
+        r->stride = sl->stride;
+        return true;
+    }
+    return false;
+}
 
 bool stack_in_guard(const struct stack *s, const void *addr)
 {

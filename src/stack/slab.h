@@ -11,6 +11,9 @@
 #ifndef MADV_GUARD_INSTALL
 #define MADV_GUARD_INSTALL 102
 #endif
+#ifndef MADV_GUARD_REMOVE
+#define MADV_GUARD_REMOVE 103
+#endif
 
 #define SLAB_SLOTS_MIN 16u
 #define SLAB_SLOTS_MAX 1024u
@@ -20,9 +23,15 @@
 #define PIDFD_SELF_THREAD_ (-10000)
 
 struct slab {
-    struct slab *next;
+    struct slab *next;           /* published with a release store: read
+                                  * without S.lock (stack_slot_of) */
     char *base;
     size_t bytes;
+    size_t stride;               /* guard page + stack */
+    fern_thread **owner;         /* per slot: the thread whose stack there
+                                  * is hibernated (sched/hibernate.c), or
+                                  * NULL; allocated with the slab when
+                                  * hibernation is on */
 };
 
 struct class_pool {
@@ -51,6 +60,7 @@ struct stacks {
     uint64_t mapped, trims, reserved;
     uint64_t g_madvise, g_mprotect, g_canary;
     bool inited;
+    bool owners;                 /* new slabs get an owner table */
 };
 /* The stack allocator's state, shared by slab.c and stack.c. */
 extern struct stacks S __attribute__((visibility("hidden")));

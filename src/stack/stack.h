@@ -78,6 +78,24 @@ void stack_stats(struct fern_stats *st);
  * then waits on the starved list and is queued again (inbox_push_wake)
  * once a stack is given back. */
 bool stack_bind(struct worker *w, fern_thread *t);
-extern int stack_starved;     /* a bind failed recently: spawn says EAGAIN */
+extern int stack_starved;
+/* Hibernation's view of the slabs (sched/hibernate.c). With
+ * config.hibernate every slab has an owner table. stack_slot_of: the slot
+ * holding addr (*r); false if addr is in no slab with an owner table.
+ * Lock-free, so safe in a signal handler (slabs live until fern_shutdown).
+ * stack_madvise_batch: process_madvise(PIDFD_SELF) with `advice` over
+ * v[0..n); returns the bytes done or -1. */
+struct iovec;
+struct slot_ref {
+    char *lo, *top;          /* the slot's usable range */
+    fern_thread **owners;    /* its slab's owner table */
+    size_t index, nslots;    /* the slot's index in it, and its length */
+    size_t stride;           /* between slots */
+};
+bool stack_slot_of(const void *addr, struct slot_ref *r);
+long stack_madvise_batch(const struct iovec *v, size_t n, int advice);
+size_t stack_page(void);
+/* 1: guard markers installed in batches, 0: one call each, -1: none. */
+int stack_guard_batched(void);     /* a bind failed recently: spawn says EAGAIN */
 
 #endif

@@ -136,7 +136,10 @@ static void after_wait(struct worker *w, fern_thread *prev, void *arg)
      * (watch/monitor.c) and the thread run elsewhere and reuse p's memory. */
     void (*unlock)(void *) = p->unlock;
     void *unlock_arg = p->unlock_arg;
-    STORE(&prev->run_state, T_PARKED); /* saved: see cancel_wake */
+    /* Saved now: a canceller may ready it (see cancel_wake) and it is a
+     * candidate for hibernation (sched/hibernate.c). Before the timer and
+     * the unlock, after which a wake-up may store T_RUNNABLE. */
+    STORE(&prev->run_state, T_PARKED);
     if (p->timer.deadline != FERN_FOREVER)
         timer_add(w, &p->timer);
     if (unlock)
@@ -152,7 +155,7 @@ static void unlock_spin(void *l) { spin_unlock(l); }
  * the parking thread's operation on biased objects (bias.c). */
 void after_wait_spin(struct worker *w, fern_thread *prev, void *arg)
 {
-    STORE(&prev->run_state, T_PARKED); /* saved: see cancel_wake */
+    STORE(&prev->run_state, T_PARKED); /* as in after_wait */
     if (arg)
         spin_unlock(arg);
     bias_idle(w);

@@ -25,6 +25,7 @@
  * the thread itself.
  */
 #include "thread/thread.h"
+#include "sched/hibernate.h"
 #include "io/hookapi.h"
 #include "base/probes.h"
 
@@ -63,7 +64,7 @@ fern_thread *thread_alloc(struct worker *w)
         }
         memset(c, 0, sizeof *c);
         c->next = rt.chunks;
-        rt.chunks = c;
+        STORE(&rt.chunks, c); /* release: threads_scan reads the list unlocked */
         for (unsigned i = THREAD_CHUNK; i-- > 0;) {
             c->t[i].link = rt.free_threads;
             rt.free_threads = &c->t[i];
@@ -168,6 +169,7 @@ void threads_fini(uint64_t *abandoned)
                 *abandoned += t->run_state != T_EXITING;
                 free(t->keys);
                 free(t->rdheld);
+                hib_forget(t);
 #ifdef FERN_TSAN
                 tsan_fiber_drop(t);
 #endif
@@ -195,6 +197,26 @@ static void name_read(const fern_thread *t, char out[32])
     for (int i = 0; i < 31; i++)
         out[i] = LOAD_RELAXED(&t->name[i]);
     out[31] = 0;
+}
+
+/* Without rt.chunk_lock (a scan of a million threads would hold up every
+ * spawn that needs a chunk): chunks are only ever added, at the head, with
+ * a release store, and freed by threads_fini after the monitor stopped. */
+bool threads_scan(struct thread_cursor *cur, unsigned max, void (*fn)(fern_thread *t))
+{
+    if (!cur->chunk) {
+        cur->chunk = LOAD(&rt.chunks);
+        cur->i = 0;
+    }
+    for (; cur->chunk; cur->chunk = LOAD_RELAXED(&cur->chunk->next), cur->i = 0)
+        for (; cur->i < THREAD_CHUNK; cur->i++) {
+            if (max-- == 0)
+                return false;
+            fern_thread *t = &cur->chunk->t[cur->i];
+            if (LOAD(&t->alloc) == A_LIVE)
+                fn(t);
+        }
+    return true;
 }
 
 void threads_walk(void (*fn)(fern_thread *t, void *arg), void *arg)
@@ -225,6 +247,9 @@ int threads_dump(FILE *f)
                 const void *obj = LOAD_RELAXED(&t->wait_obj);
                 fprintf(f, obj ? " on %s %p" : " on %s", what, obj);
             }
+            uint8_t h = LOAD_RELAXED(&t->hib);
+            if (h == H_DONE || h == H_RESTORING)
+                fprintf(f, " (hibernated)");
             fprintf(f, " cluster %p stack %zu%s\n", (void *)LOAD_RELAXED(&t->cluster),
                     (size_t)FERN_STACK_MIN << LOAD_RELAXED(&t->stack_cls),
                     LOAD_RELAXED(&t->stack) ? "" : " (not bound)");
@@ -301,7 +326,9 @@ int fern_spawn(fern_thread **out, const fern_attr *attr, fern_fn fn, void *arg)
     t->saved_errno = 0;
     t->slice_carry = 0;
     t->tlock = 0;
-    t->life = detached ? L_DETACHED : 0;
+    /* life, and hibernation's two bytes (H_NONE, the opt-out), at once. */
+    STORE_RELAXED(&t->lifeword, (detached ? L_DETACHED : 0u) |
+                                    (attr && attr->no_hibernate ? (uint32_t)HN_OPTOUT << 24 : 0u));
     STORE_RELAXED(&t->run_state, T_NEW);
     STORE_RELAXED(&t->stack_cls, (uint8_t)cls);
     t->rescued = 0;
@@ -330,7 +357,7 @@ int fern_spawn(fern_thread **out, const fern_attr *attr, fern_fn fn, void *arg)
 
 int fern_go(fern_fn fn, void *arg)
 {
-    fern_attr a = {0, NULL, NULL, true};
+    fern_attr a = {.detached = true};
     return fern_spawn(NULL, &a, fn, arg);
 }
 
@@ -464,7 +491,7 @@ int fern_run(fern_fn fn, void *arg, void **ret)
         if (r)
             return r;
     }
-    fern_attr a = {0, "main", rt.dflt, false};
+    fern_attr a = {.name = "main", .cluster = rt.dflt};
     fern_thread *t;
     int r = fern_spawn(&t, &a, fn, arg);
     if (r)

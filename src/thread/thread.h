@@ -24,6 +24,14 @@ unsigned threads_cancel_all(void);
 unsigned threads_report_unfinished(FILE *f, unsigned max);
 /* fn(t) for every live thread (under the descriptor lock). */
 void threads_walk(void (*fn)(fern_thread *t, void *arg), void *arg);
+/* Call fn on up to `max` descriptor slots' live threads from *cur on, without
+ * the registry's lock (fn must expect threads that come and go); true once
+ * the walk is over (*cur then starts a new one). Monitor only. */
+struct thread_cursor {
+    struct thread_chunk *chunk;
+    unsigned i;
+};
+bool threads_scan(struct thread_cursor *cur, unsigned max, void (*fn)(fern_thread *t));
 int threads_dump(FILE *f);
 
 #endif

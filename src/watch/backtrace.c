@@ -246,7 +246,8 @@ void print_backtrace(fern_thread *t)
 #endif
     struct stack *st = LOAD_RELAXED(&t->stack);
     uintptr_t lo = st ? (uintptr_t)st->lo : 0, hi = st ? lo + st->size : 0;
-    unsigned n = arch_stack_walk(LOAD_RELAXED(&t->sp), lo, hi, pcs, BT_FRAMES, &how);
+    /* A hibernated stack is restored by the reads above (hib_fault). */
+    unsigned n = arch_stack_walk(hib_real_sp(t), lo, hi, pcs, BT_FRAMES, &how);
 #if defined(FERN_TSAN)
     AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
 #endif

@@ -39,6 +39,11 @@
  * It is also the poller's safety net (watch_poller): a vacant poll-owner
  * role while threads wait on descriptors, seen for POLL_ORPHAN_NS, gets an
  * idle worker woken to take it, or a poll by the monitor itself.
+ * It hibernates the stacks of threads parked for config.hibernate_ns
+ * (sched/hibernate.c), in batches, over as many ticks as a scan of every
+ * thread takes (HIB_TICK_NS of work each), also while every worker is idle
+ * (that is when most threads are parked): it then sleeps only until the
+ * next scan is due.
  * It also looks for deadlocks (deadlock.c), also while every worker is
  * idle (that is what a deadlock looks like): then it sleeps only until the
  * deadlock watch's next scan, and without a timeout once nothing is
@@ -72,6 +77,8 @@ static struct {
     bool preempt;
     uint64_t spares_started;
     int64_t unowned_since; /* the poller was first seen without an owner */
+    uint64_t switches;     /* all workers' switch counts at the last tick */
+    bool switched;         /* ... changed since the tick before */
 } M;
 
 void monitor_kick(void)
@@ -275,8 +282,17 @@ static void watch_poller(int64_t now)
 static bool watch_all(int64_t now, int64_t *again)
 {
     bool busy = false;
-    for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster)
+    uint64_t sw = 0;
+    for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster) {
         busy |= watch_cluster(c, now);
+        for (unsigned i = 0; i < c->nworkers; i++)
+            if (worker_live(c, i))
+                sw += LOAD_RELAXED(&c->workers[i]->n_switches);
+    }
+    /* Threads ran, and so may have parked, since the last tick, even if
+     * every worker is idle again by now (for hibernation's scans). */
+    M.switched = sw != M.switches;
+    M.switches = sw;
     if (busy)
         watch_poller(now);
     else
@@ -285,6 +301,31 @@ static bool watch_all(int64_t now, int64_t *again)
         preempt_refresh(); /* libraries loaded meanwhile */
     *again = deadlock_watch(now, busy);
     return busy;
+}
+
+/* Hibernation's share of a tick (outside rt.boot_lock: it takes none of
+ * the locks the rest of the monitor's work needs, and a scan of a million
+ * threads takes a while). *again: lowered to when it wants the next look. */
+#define HIB_TICK_NS 2000000
+#define HIB_SCAN_STEP 4096u
+static struct thread_cursor hib_cursor;
+static void watch_hibernate(int64_t now, bool busy, int64_t *again)
+{
+    if (!hib_scan_due(now, busy, again))
+        return;
+    for (;;) {
+        if (threads_scan(&hib_cursor, HIB_SCAN_STEP, hib_scan_thread)) {
+            int64_t end = fern_now_ns();
+            hib_scan_end(end);
+            hib_scan_due(end, false, again);
+            return;
+        }
+        if (fern_now_ns() - now >= HIB_TICK_NS) {
+            hib_scan_flush();
+            *again = now; /* more to scan: at once */
+            return;
+        }
+    }
 }
 
 static bool any_busy(void)
@@ -305,10 +346,13 @@ static void *monitor_main(void *arg)
         pthread_mutex_lock(&rt.boot_lock);
         bool busy = watch_all(now, &again);
         pthread_mutex_unlock(&rt.boot_lock);
+        watch_hibernate(now, busy || M.switched, &again);
         if (busy) {
             futex_wait(&M.stop, 0, now + M.tick_ns);
             continue;
         }
+        if (again <= now)
+            continue; /* a hibernation scan is under way */
         STORE_RELAXED(&monitor_sleeping, 1);
         full_fence(); /* monitor_sleeping = 1 before reading mon.idle: see above */
         pthread_mutex_lock(&rt.boot_lock);
@@ -336,6 +380,7 @@ int monitor_start(int64_t slice_ns, bool preempt)
     M.stop = 0;
     M.spares_started = 0;
     M.unowned_since = 0;
+    hib_cursor = (struct thread_cursor){NULL, 0};
     deadlock_reset();
     deadlock_prepare(); /* the loader's lock, not under rt.boot_lock */
     if (pthread_create(&M.th, NULL, monitor_main, NULL))

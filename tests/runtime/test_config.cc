@@ -20,7 +20,8 @@ namespace {
 
 const char *const kVars[] = {"FERN_WORKERS", "FERN_STACK_SIZE",   "FERN_BIAS",
                              "FERN_BLOCKING_MAX", "FERN_GUARD", "FERN_GUARD_BUDGET",
-                             "FERN_DUMP_SIGNAL", "FERN_IO_URING"};
+                             "FERN_DUMP_SIGNAL", "FERN_IO_URING",
+                             "FERN_HIBERNATE", "FERN_HIBERNATE_US"};
 
 // Every test starts with the runtime stopped and no FERN_ variable set, and
 // leaves the environment as it found it.
@@ -184,6 +185,72 @@ TEST_F(Config, OtherVariablesRejected) {
     expect_rejected("FERN_DUMP_SIGNAL", "-1", sig);
     expect_rejected("FERN_DUMP_SIGNAL", "999", sig);
     expect_rejected("FERN_DUMP_SIGNAL", "12x", sig);
+}
+
+TEST_F(Config, HibernateRejected) {
+    const char *us = "a whole number of microseconds from 0 (at once, for testing) to 3600000000 "
+                     "(default 1000000)";
+    expect_rejected("FERN_HIBERNATE", "2", "0 (off, the default) or 1 (on)");
+    expect_rejected("FERN_HIBERNATE", "on", "0 (off, the default) or 1 (on)");
+    expect_rejected("FERN_HIBERNATE_US", "1s", us);
+    expect_rejected("FERN_HIBERNATE_US", "-1", us);
+    expect_rejected("FERN_HIBERNATE_US", "3600000001", us);
+    fern_config cfg{};
+    cfg.hibernate_us = -2;
+    int rc = -1;
+    EXPECT_EQ("fern: fern_config.hibernate_us=\"-2\" is not valid: expected 0 (the default: "
+              "$FERN_HIBERNATE and $FERN_HIBERNATE_US), FERN_HIBERNATE_OFF (-1) or 1 to "
+              "3600000000 microseconds\n",
+              init_stderr(&cfg, &rc));
+    EXPECT_EQ(EINVAL, rc);
+    EXPECT_FALSE(runtime_running());
+}
+
+// Off by default; on with FERN_HIBERNATE=1 or a positive hibernate_us;
+// FERN_HIBERNATE_OFF wins over the variable (fern_stats says which, where
+// this kernel can hibernate at all).
+TEST_F(Config, HibernateTakesEffect) {
+    auto on = [] {
+        struct fern_stats s{};
+        EXPECT_EQ(0, fern_stats(&s));
+        return s.hibernate;
+    };
+    int rc = -1;
+    EXPECT_EQ("", init_stderr(nullptr, &rc));
+    ASSERT_EQ(0, rc);
+    EXPECT_FALSE(on());
+    stop();
+    setenv("FERN_HIBERNATE", "1", 1);
+    std::string err = init_stderr(nullptr, &rc);
+#if defined(__x86_64__)
+    constexpr bool refused = kTsan;
+#else
+    constexpr bool refused = true;
+#endif
+    if (refused) { // see test_hibernate's HibernateRefused
+        EXPECT_EQ(EINVAL, rc);
+        unsetenv("FERN_HIBERNATE");
+        return;
+    }
+    ASSERT_EQ(0, rc);
+    bool can = on();
+    if (!can) {
+        EXPECT_NE(std::string::npos, err.find("stack hibernation needs")) << err;
+    } else {
+        EXPECT_EQ("", err);
+    }
+    stop();
+    fern_config cfg{};
+    cfg.hibernate_us = FERN_HIBERNATE_OFF;
+    init_stderr(&cfg, &rc);
+    ASSERT_EQ(0, rc);
+    EXPECT_FALSE(on());
+    stop();
+    unsetenv("FERN_HIBERNATE");
+    cfg.hibernate_us = 5000;
+    init_stderr(&cfg, &rc);
+    ASSERT_EQ(0, rc);
+    EXPECT_EQ(can, on());
 }
 
 TEST_F(Config, ConfigFieldsRejected) {

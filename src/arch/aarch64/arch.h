@@ -94,6 +94,21 @@ static inline uintptr_t arch_uc_sp(const void *uc)
  * and points the context at fern_preempt_tramp, which yields and resumes
  * the interrupted point with rt_sigreturn on that copy (preempt.S says
  * why: no register is free for a branch). */
+/* *st = v, then *ld (see x86_64/arch.h); a compiler barrier between. */
+static inline uint8_t arch_store_load_u8(uint8_t *st, uint8_t v, const uint8_t *ld)
+{
+    __atomic_store_n(st, v, __ATOMIC_RELAXED);
+    __asm__ volatile("" ::: "memory");
+    return __atomic_load_n(ld, __ATOMIC_RELAXED);
+}
+
+/* Stack hibernation (sched/hibernate.c) has no entry frame here yet. */
+#define ARCH_HIBERNATE 0
+#define ARCH_HIB_FRAME_WORDS 0
+static inline void arch_hib_frame(uint64_t *f, const void *real_sp, void *t, void *block)
+{
+    (void)f, (void)real_sp, (void)t, (void)block;
+}
 #define ARCH_PREEMPT 1
 /* Off: with libfern.a linked in, tests/cross/check.sh's static program
  * deadlocked on its own mutex under qemu (a tick landed in fern's code or in

@@ -86,6 +86,44 @@ static inline void *ctx_init(char *top, fern_thread *self)
     .frame_size = 64, .f_rip = 56, .f_rbp = 48, .f_rbx = 40, .f_r12 = 32,     \
     .f_r13 = 24, .f_r14 = 16, .f_r15 = 8
 
+/* *st = v, then return *ld, in that order as far as the compiler goes (the
+ * light side of an asymmetric Dekker handshake: the CPU may still reorder
+ * them; the other side's membarrier orders that). Two instructions, without
+ * the memory clobber a compiler barrier costs the code around it. Under
+ * ThreadSanitizer, atomics it can see. */
+static inline uint8_t arch_store_load_u8(uint8_t *st, uint8_t v, const uint8_t *ld)
+{
+#if defined(__SANITIZE_THREAD__) || defined(FERN_TSAN)
+    __atomic_store_n(st, v, __ATOMIC_SEQ_CST);
+    return __atomic_load_n(ld, __ATOMIC_SEQ_CST);
+#else
+    uint8_t r;
+    __asm__ volatile("movb %2, %0\n\tmovb %3, %1" : "=m"(*st), "=q"(r) : "qi"(v), "m"(*ld));
+    return r;
+#endif
+}
+
+/* ---- stack hibernation (sched/hibernate.c, x86_64/switch.S) ---- */
+/* A hibernated thread's saved stack pointer points at a frame of the same
+ * shape in its heap block, whose return address is fern_hib_entry: the
+ * next fern_ctx_switch into the thread pops it, and fern_hib_entry (with
+ * rbx = the thread, r12 = the block) calls hib_resume on the worker's
+ * hibernation stack, then pops the real frame at the address it returns. */
+#define ARCH_HIBERNATE 1
+#define ARCH_HIB_FRAME_WORDS 8
+void fern_hib_entry(void) __attribute__((visibility("hidden")));
+/* Build that frame in f; real_sp is the thread's real saved frame (its
+ * first word, MXCSR and the x87 control word, is copied). f[1..3] and
+ * f[6] are free for the caller's own use (popped into r15..r13 and rbp,
+ * which fern_hib_entry overwrites from the real frame). */
+static inline void arch_hib_frame(uint64_t *f, const void *real_sp, void *t, void *block)
+{
+    f[0] = *(const uint64_t *)real_sp;
+    f[4] = (uint64_t)(uintptr_t)block;
+    f[5] = (uint64_t)(uintptr_t)t;
+    f[7] = (uint64_t)(uintptr_t)fern_hib_entry;
+}
+
 /* ---- preemption (watch/preempt.c, x86_64/preempt.S) ---- */
 #define ARCH_PREEMPT 1
 #define ARCH_PREEMPT_STATIC 1

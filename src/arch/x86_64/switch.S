@@ -114,6 +114,43 @@ fern_ctx_entry:
         .size   fern_ctx_entry, .-fern_ctx_entry
 
 /*
+ * A hibernated thread resumes here (sched/hibernate.c): fern_ctx_switch has
+ * popped the frame hibernation built in the thread's heap block, so rbx =
+ * the thread, r12 = the block, rsp points into the block. hib_resume runs
+ * on this worker's hibernation stack (fern_hib_scratch_: the thread's own
+ * stack may not be back yet), runs the previous context's after-switch
+ * action, restores the stack and returns the real saved stack pointer;
+ * the rest is fern_ctx_switch's second half on the real frame. rax (the
+ * switch's `arg`) is NULL: a parked thread's switch ignores it.
+ */
+        .globl  fern_hib_entry
+        .hidden fern_hib_entry
+        .type   fern_hib_entry, @function
+        .p2align 4
+fern_hib_entry:
+        .cfi_startproc
+        .cfi_undefined rip
+        movq    fern_hib_scratch_@gottpoff(%rip), %rax
+        movq    %fs:(%rax), %rsp
+        movq    %rbx, %rdi
+        movq    %r12, %rsi
+        call    hib_resume
+        movq    %rax, %rsp
+        ldmxcsr (%rsp)
+        fldcw   4(%rsp)
+        addq    $8, %rsp
+        popq    %r15
+        popq    %r14
+        popq    %r13
+        popq    %r12
+        popq    %rbx
+        popq    %rbp
+        xorl    %eax, %eax
+        ret
+        .cfi_endproc
+        .size   fern_hib_entry, .-fern_hib_entry
+
+/*
  * void fern_ctx_start(void *top, fern_thread *t)  (does not return)
  *
  * Start green thread t on a fresh frame at `top` (16-byte aligned),

@@ -1,0 +1,745 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Stack hibernation: a green thread parked for config.hibernate_ns has the
+ * live part of its stack, [sp, top), copied into a heap block, and its
+ * whole stack [lo, top) turned into guard markers (MADV_GUARD_INSTALL,
+ * which frees the pages and leaves the mapping whole). Its saved stack
+ * pointer then points at a switch frame in the block that leads to
+ * fern_hib_entry (arch/<arch>/switch.S), so the switch that resumes it
+ * needs no test: it lands in hib_resume, which copies the stack back to the
+ * same addresses (every pointer into it stays valid) and resumes the real
+ * frame. Nothing here is on the switch path, and a wake-up of a thread that
+ * is not being hibernated pays one load and branch (hib_gate).
+ *
+ * Who hibernates: the monitor (watch/monitor.c), in batches, never a worker.
+ * A batch of up to HIB_BATCH threads costs one membarrier, one mprotect
+ * pair per run of adjacent slots, and one process_madvise for all guards.
+ *
+ * Claiming a parked thread (the handshake with the wake paths). A thread is
+ * a candidate only in T_PARKED, which the wait's after-switch action stores
+ * once its registers are saved (sync/wait.c). The monitor takes hib to
+ * H_BUSY (CAS), issues membarrier_all() and reads run_state again. Every
+ * wake-up passes hib_gate first: run_state = T_RUNNABLE, compiler barrier,
+ * read hib (the light side of an asymmetric Dekker handshake, like sync/
+ * bias.c's). So either the monitor sees T_RUNNABLE (it lets the thread go:
+ * the waker may already have queued it) or the waker sees H_BUSY and sets
+ * H_WAKE instead of queueing it; the monitor queues it when its batch is
+ * done. A T_PARKED seen after the barrier is a thread that has saved its
+ * registers and that nobody can resume until the monitor lets it.
+ *
+ * Writes while the monitor copies. Another thread may write into the
+ * parked stack at any time (a waker filling in its waiter record, a channel
+ * sender's value, user code through a pointer). So each run of slots is
+ * made read-only (mprotect) before the copy and writable again after the
+ * guards are in: a write in between faults, and the fault handler
+ * (hib_fault) waits for the batch to end, restores the stack and lets the
+ * write go ahead on the restored copy. No write is lost.
+ *
+ * Touches of a hibernated stack. Any access faults on the guard markers;
+ * debug/debug.c's fault handler asks hib_fault first, which finds the slot
+ * (stack_slot_of) and its thread (the slab's owner table), restores it, and
+ * returns to retry the access. It restores the hibernated neighbours parked
+ * on the same object with it (a broadcast walks them next), so a wake-all
+ * takes one fault per HIB_TOUCH_BATCH threads. The kernel cannot take such
+ * a fault: a system call given a pointer into a hibernated stack fails with
+ * EFAULT. fern-hook retries those after hib_touch; fern_blocking's parker
+ * is never hibernated (HN_KERNEL); docs/stacks.md says what remains.
+ *
+ * Restoring (by the thread itself in hib_resume, or by a toucher): DONE ->
+ * RESTORING (CAS: one restorer), guard markers removed, the bytes copied
+ * back, RESIDENT. The block is freed only by the thread's own hib_resume
+ * (a toucher may not free it: the frame in it is what the thread's next
+ * switch pops), which also takes RESIDENT -> NONE.
+ */
+#include "sched/sched.h"
+#include "sched/hibernate.h"
+
+#include <sched.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#ifdef FERN_VALGRIND
+#include <valgrind/valgrind.h>
+#endif
+
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102
+#endif
+#ifndef MADV_GUARD_REMOVE
+#define MADV_GUARD_REMOVE 103
+#endif
+
+#define HIB_BATCH 1024u         /* threads per batch (process_madvise takes 1024 iovecs) */
+#define HIB_TOUCH_BATCH 256u    /* stacks one touch restores at most (16 KiB of
+                                 * the signal stack's 64 for its arrays) */
+#define HIB_LIVE_MAX ((size_t)256 * 1024) /* deeper parked stacks are left alone */
+#define HIB_SCRATCH ((size_t)64 * 1024)   /* hib_resume's stack per worker */
+
+/* The heap block of a hibernated stack: the switch frame the thread's
+ * saved stack pointer points at (arch_hib_frame: it leads to
+ * fern_hib_entry), whose free words hold where the stack goes back, then
+ * the saved bytes. 64 bytes of header on x86_64. */
+struct hib_block {
+    uint64_t frame[ARCH_HIB_FRAME_WORDS > 0 ? ARCH_HIB_FRAME_WORDS : 8];
+    char data[];
+};
+#define B_SP(b) ((b)->frame[1])      /* the real saved stack pointer */
+#define B_LO(b) ((b)->frame[2])      /* the stack's lowest usable byte */
+#define B_LIVE(b) ((b)->frame[3])    /* bytes saved: [sp, sp + live) = [sp, top) */
+#define B_OWNER(b) ((b)->frame[6])   /* the slab's owner entry of the slot */
+
+bool hib_on;
+
+__thread char *fern_hib_scratch_ __attribute__((tls_model("initial-exec"), used));
+/* hib_fault's last address that had nothing to restore, H.gen then, and
+ * how many times in a row (see there). */
+static __thread const void *miss_addr __attribute__((tls_model("initial-exec")));
+static __thread uint32_t miss_gen __attribute__((tls_model("initial-exec")));
+static __thread uint32_t miss_count __attribute__((tls_model("initial-exec")));
+
+struct item {
+    fern_thread *t;
+    struct hib_block *b;
+    char *lo, *top, *sp;
+    fern_thread **owner;
+    bool resident;              /* re-hibernated: b was its block already */
+};
+
+static struct {
+    bool batched;               /* process_madvise takes our advice */
+    int64_t delay_ns;
+    int64_t next_scan;          /* monitor only, like what follows */
+    int64_t last_busy;          /* the last look that found workers busy */
+    int64_t scan_start;
+    bool scanning, pending, marked;
+    uint32_t touched;           /* a touch restored stacks: scan again (any thread) */
+    uint32_t gen;               /* +1 each time stacks become accessible again */
+    int mem_fd;                 /* /proc/self/mem (mem_fd) */
+    ino_t mem_ino;
+    dev_t mem_dev;
+    fern_thread *batch[HIB_BATCH];
+    bool was[HIB_BATCH];        /* batch[i] was H_RESIDENT (has its block) */
+    struct item items[HIB_BATCH];
+    struct iovec iov[HIB_BATCH];
+    unsigned n;
+    uint64_t hibernated, hibernations, restores, touches, bytes; /* relaxed */
+} H;
+
+const char *hibernate_unsupported(void)
+{
+#if !ARCH_HIBERNATE
+    return "this architecture's fern does not support";
+#elif defined(FERN_TSAN)
+    return "a ThreadSanitizer build of fern does not support (not validated there: the copies of "
+           "a stack out and back bypass ThreadSanitizer's view of that memory)";
+#else
+#ifdef FERN_VALGRIND
+    if (RUNNING_ON_VALGRIND)
+        return "a program under Valgrind cannot use (Valgrind does not follow a stack that is "
+               "copied out and back)";
+#endif
+    return NULL;
+#endif
+}
+
+/* Words, not memcpy: the copy must not be instrumented (a sanitizer would
+ * flag the live frames' redzones, or report the monitor's read of a stack
+ * it has no happens-before with: the handshake above orders it). */
+__attribute__((no_sanitize_address, no_sanitize_thread, noinline)) static void
+copy_words(void *dst, const void *src, size_t n)
+{
+    volatile uint64_t *d = dst;
+    const volatile uint64_t *s = src;
+    for (size_t i = 0; i < n / 8; i++)
+        d[i] = s[i];
+}
+
+static void wait_a_bit(unsigned *spins) { spin_backoff(spins); } /* signal-safe */
+
+static long madvise_many(struct iovec *v, size_t n, int advice)
+{
+    if (H.batched)
+        return stack_madvise_batch(v, n, advice);
+    long done = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (madvise(v[i].iov_base, v[i].iov_len, advice) != 0)
+            return done ? done : -1;
+        done += (long)v[i].iov_len;
+    }
+    return done;
+}
+
+void hib_init(void)
+{
+    hib_on = false;
+    H.mem_fd = -1;
+    memset(&H.hibernated, 0, 5 * sizeof H.hibernated);
+    if (!config.hibernate || hibernate_unsupported())
+        return;
+    int g = stack_guard_batched();
+    const char *why = g < 0 ? "guard markers (MADV_GUARD_INSTALL, Linux 6.13+)"
+                      : !membarrier_ready() ? "membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)"
+                                            : NULL;
+    if (why) {
+        fprintf(stderr, "fern: stack hibernation needs %s, which this system lacks; it stays off\n",
+                why);
+        return;
+    }
+    /* GUARD_REMOVE in batches too? Probe on a page of our own. */
+    H.batched = false;
+    if (g == 1) {
+        size_t pg = stack_page();
+        char *p = mmap(NULL, pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p != MAP_FAILED) {
+            struct iovec v = {p, pg};
+            H.batched = stack_madvise_batch(&v, 1, MADV_GUARD_INSTALL) == (long)pg &&
+                        stack_madvise_batch(&v, 1, MADV_GUARD_REMOVE) == (long)pg;
+            munmap(p, pg);
+        }
+    }
+    int fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        fprintf(stderr, "fern: stack hibernation needs /proc/self/mem (%s); it stays off\n",
+                strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    H.mem_fd = fd;
+    H.mem_ino = st.st_ino;
+    H.mem_dev = st.st_dev;
+    H.delay_ns = config.hibernate_ns;
+    H.next_scan = 0;
+    H.scanning = H.pending = false;
+    H.n = 0;
+    hib_on = true;
+}
+
+void hib_fini(void)
+{
+    hib_on = false;
+    if (H.mem_fd >= 0)
+        close(H.mem_fd);
+    H.mem_fd = -1;
+}
+
+void hib_worker_start(void)
+{
+    if (!hib_on)
+        return;
+    char *p = mmap(NULL, HIB_SCRATCH, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        /* Without it this worker cannot resume a hibernated thread. */
+        fprintf(stderr, "fern: cannot map a worker's hibernation stack; aborting\n");
+        abort();
+    }
+    fern_hib_scratch_ = p + HIB_SCRATCH;
+}
+
+void hib_worker_stop(void)
+{
+    if (fern_hib_scratch_) {
+        munmap(fern_hib_scratch_ - HIB_SCRATCH, HIB_SCRATCH);
+        fern_hib_scratch_ = NULL;
+    }
+}
+
+/* ---- the wake side ---- */
+
+bool hib_wake_slow(fern_thread *t)
+{
+    for (;;) {
+        uint8_t h = LOAD(&t->hib);
+        uint8_t want;
+        if (h == H_SEEN)
+            want = H_NONE;      /* it ran before it was old enough */
+        else if (h == H_RESIDENT_SEEN)
+            want = H_RESIDENT;
+        else if (h == H_BUSY)
+            want = H_BUSY | H_WAKE; /* the monitor queues it */
+        else
+            return false;       /* none, or hibernated: it resumes through hib_resume */
+        if (CAS(&t->hib, &h, want))
+            return want == (H_BUSY | H_WAKE);
+    }
+}
+
+/* ---- restoring ---- */
+
+/* mprotect every run of adjacent items' slots [lo, top). */
+static bool protect_runs(struct item *v, unsigned n, int prot)
+{
+    for (unsigned i = 0; i < n;) {
+        unsigned j = i;
+        while (j + 1 < n && v[j + 1].lo == v[j].top + stack_page())
+            j++;
+        if (mprotect(v[i].lo, (size_t)(v[j].top - v[i].lo), prot) != 0)
+            return false;
+        i = j + 1;
+    }
+    return true;
+}
+
+static void die(const char *msg)
+{
+    ssize_t r = write(2, msg, strlen(msg)); /* async-signal-safe */
+    (void)r;
+    abort();
+}
+
+/* /proc/self/mem, for writing into pages that are PROT_NONE to everyone
+ * else (a write through it is a forced access, as a debugger's). Checked
+ * before each use: a program that closed it, or put another file at its
+ * number, gets it opened again. */
+static int mem_fd(void)
+{
+    struct stat st;
+    int fd = LOAD_RELAXED(&H.mem_fd);
+    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_ino == H.mem_ino && st.st_dev == H.mem_dev)
+        return fd;
+    fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &st) != 0)
+        die("fern: cannot open /proc/self/mem to restore a hibernated stack; aborting\n");
+    H.mem_ino = st.st_ino;
+    H.mem_dev = st.st_dev;
+    STORE_RELAXED(&H.mem_fd, fd);
+    return fd;
+}
+
+static void mem_write(int fd, char *dst, const char *src, size_t n)
+{
+    while (n) {
+        ssize_t r = pwrite(fd, src, n, (off_t)(uintptr_t)dst);
+        if (r <= 0) {
+            if (r < 0 && errno == EINTR)
+                continue;
+            die("fern: cannot write a hibernated stack back; aborting\n");
+        }
+        dst += r;
+        src += r;
+        n -= (size_t)r;
+    }
+}
+
+/* Restore n stacks whose threads the caller moved to H_RESTORING, in
+ * ascending address order. Nobody may see a page between the removal of
+ * its guard and the return of its bytes (it would read zeros), so the
+ * ranges are PROT_NONE meanwhile (a touch faults and waits, as on the
+ * guard) and the bytes go in through /proc/self/mem. */
+static void restore(struct item *v, unsigned n, bool touched)
+{
+    struct iovec iov[HIB_TOUCH_BATCH];
+    long want = 0;
+    for (unsigned i = 0; i < n; i++) {
+        iov[i] = (struct iovec){v[i].lo, (size_t)(v[i].top - v[i].lo)};
+        want += (long)iov[i].iov_len;
+    }
+    /* No signal handler may run on this thread meanwhile: one that reads a
+     * stack being restored here (preemption's reads the running thread's,
+     * which is this one's while it restores itself, or while a switch to
+     * it restores it) would wait for this very restore. Faults stay open. */
+    sigset_t all, old;
+    sigfillset(&all);
+    sigdelset(&all, SIGSEGV);
+    sigdelset(&all, SIGBUS);
+    sigdelset(&all, SIGILL);
+    sigdelset(&all, SIGFPE);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int fd = mem_fd();
+    if (!protect_runs(v, n, PROT_NONE))
+        die("fern: cannot protect a hibernated stack while it is restored (vm.max_map_count?); "
+            "aborting\n");
+    if (madvise_many(iov, n, MADV_GUARD_REMOVE) != want)
+        die("fern: cannot remove a hibernated stack's guard markers; aborting\n");
+    for (unsigned i = 0; i < n; i++)
+        mem_write(fd, v[i].sp, v[i].b->data, (size_t)B_LIVE(v[i].b));
+    if (!protect_runs(v, n, PROT_READ | PROT_WRITE))
+        die("fern: cannot make a restored stack writable again; aborting\n");
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    /* Before the states: whoever sees one of them sees the count too. */
+    ADD_RELAXED(&H.gen, 1);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    for (unsigned i = 0; i < n; i++)
+        STORE(&v[i].t->hib, H_RESIDENT);
+    ADD_RELAXED(&H.hibernated, -(uint64_t)n);
+    ADD_RELAXED(&H.restores, n);
+    if (touched)
+        ADD_RELAXED(&H.touches, n);
+}
+
+static void item_of(struct item *it, fern_thread *t)
+{
+    struct hib_block *b = (struct hib_block *)LOAD_RELAXED(&t->sp);
+    it->t = t;
+    it->b = b;
+    it->sp = (char *)B_SP(b);
+    it->lo = (char *)B_LO(b);
+    it->top = it->sp + B_LIVE(b);
+    it->owner = (fern_thread **)B_OWNER(b);
+}
+
+/* A touch found t hibernated and took it to H_RESTORING: restore it and
+ * the neighbours in its slab that are hibernated on the same object. */
+static void restore_touched(fern_thread *t, const struct slot_ref *r)
+{
+    struct item v[HIB_TOUCH_BATCH];
+    unsigned n = 0;
+    item_of(&v[n++], t);
+    const void *obj = LOAD_RELAXED(&t->wait_obj);
+    for (size_t j = r->index + 1; j < r->nslots && n < HIB_TOUCH_BATCH; j++) {
+        fern_thread *u = LOAD(&r->owners[j]);
+        uint8_t h = H_DONE;
+        if (!u || LOAD_RELAXED(&u->wait_obj) != obj)
+            break;
+        if (LOAD(&u->hib) == H_DONE && CAS(&u->hib, &h, H_RESTORING))
+            item_of(&v[n++], u);
+    }
+    restore(v, n, true);
+    /* They stay parked: the monitor hibernates them again later. */
+    STORE_RELAXED(&H.touched, 1);
+    monitor_kick();
+}
+
+bool hib_fault(const void *addr)
+{
+    if (!LOAD_RELAXED(&hib_on))
+        return false;
+    struct slot_ref r;
+    if (!stack_slot_of(addr, &r) || (const char *)addr < r.lo) {
+        return false;
+    }
+    unsigned spins = 0;
+    for (;;) {
+        fern_thread *t = LOAD(&r.owners[r.index]);
+        uint8_t h = t ? LOAD(&t->hib) : H_NONE;
+        switch (h & (uint8_t)~H_WAKE) {
+        case H_BUSY:       /* being hibernated: wait for the batch */
+        case H_RESTORING:  /* someone else restores it */
+            wait_a_bit(&spins);
+            continue;
+        case H_DONE:
+            if (!CAS(&t->hib, &h, H_RESTORING))
+                continue;
+            restore_touched(t, &r);
+            miss_addr = NULL;
+            return true;
+        default: {
+            /* Not hibernated now: it was at the fault and was restored
+             * since, so retry. A fault again at the same address with no
+             * stack made accessible in between (H.gen, counted before the
+             * states are published) is a real one. Under churn (hibernated
+             * and restored again between two tries) the count moves; a
+             * bound keeps a fault that only looks like churn from looping. */
+            uint32_t g = LOAD(&H.gen);
+            if (miss_addr == addr && (miss_gen == g || ++miss_count > 100000)) {
+                miss_addr = NULL;
+                return false;
+            }
+            if (miss_addr != addr)
+                miss_count = 0;
+            miss_addr = addr;
+            miss_gen = g;
+            return true;
+        }
+        }
+    }
+}
+
+bool hib_touch(const void *p, size_t n)
+{
+    if (!LOAD_RELAXED(&hib_on) || !n)
+        return false;
+    bool any = false;
+    const char *a = p, *end = a + n;
+    while (a < end) {
+        struct slot_ref r;
+        if (!stack_slot_of(a, &r)) {
+            a = (const char *)(((uintptr_t)a | (stack_page() - 1)) + 1);
+            continue;
+        }
+        unsigned spins = 0;
+        for (;;) {
+            fern_thread *t = LOAD(&r.owners[r.index]);
+            uint8_t h = t ? LOAD(&t->hib) : H_NONE;
+            if ((h & (uint8_t)~H_WAKE) == H_BUSY || h == H_RESTORING) {
+                wait_a_bit(&spins);
+                any = true;
+                continue;
+            }
+            if (h == H_DONE) {
+                if (!CAS(&t->hib, &h, H_RESTORING))
+                    continue;
+                restore_touched(t, &r);
+                any = true;
+            }
+            break;
+        }
+        a = r.top;
+    }
+    return any;
+}
+
+void *hib_real_sp(const fern_thread *t)
+{
+    void *sp = LOAD_RELAXED(&t->sp);
+    uint8_t h = LOAD(&t->hib);
+    if (h == H_DONE || h == H_RESTORING || h == H_RESIDENT || h == H_RESIDENT_SEEN)
+        return (void *)B_SP((struct hib_block *)sp);
+    return sp;
+}
+
+void *hib_resume(fern_thread *t, void *block)
+{
+    /* The previous context's after-switch action first (it may hold a
+     * queue lock until then, and restoring takes system calls). */
+    sched_after_switch();
+    struct hib_block *b = block;
+    struct item it;
+    unsigned spins = 0;
+    /* Signals are blocked while restore() runs (see there). */
+    for (;;) {
+        uint8_t h = LOAD(&t->hib);
+        if (h == H_RESIDENT || h == H_RESIDENT_SEEN) {
+            /* A CAS: the monitor may have taken it to BUSY from a stale
+             * look (it lets go once it sees the thread run). */
+            if (CAS(&t->hib, &h, H_NONE))
+                break;
+            continue;
+        }
+        if (h == H_DONE) {
+            if (CAS(&t->hib, &h, H_RESTORING)) {
+                item_of(&it, t);
+                restore(&it, 1, false); /* -> RESIDENT, then NONE above */
+            }
+            continue;
+        }
+        wait_a_bit(&spins); /* a toucher restores it, or the monitor lets go */
+    }
+    void *sp = (void *)B_SP(b);
+    size_t bytes = sizeof *b + (size_t)B_LIVE(b);
+    STORE((fern_thread **)B_OWNER(b), NULL);
+    ADD_RELAXED(&H.bytes, -bytes);
+    free(b);
+    return sp;
+}
+
+/* ---- the monitor's side ---- */
+
+bool hib_scan_due(int64_t now, bool busy, int64_t *next)
+{
+    if (!hib_on)
+        return false;
+    if (LOAD_RELAXED(&H.touched)) {
+        STORE_RELAXED(&H.touched, 0);
+        busy = true;
+    }
+    if (busy) {
+        H.pending = true; /* threads may have parked since the last scan */
+        H.last_busy = now;
+    }
+    if (!H.scanning && H.pending && now >= H.next_scan)
+        H.scan_start = now;
+    if (H.scanning || (H.pending && now >= H.next_scan))
+        return true;
+    if (H.pending && H.next_scan < *next)
+        *next = H.next_scan;
+    return false;
+}
+
+/* Let t go: the handshake failed or t cannot be hibernated. */
+static void hib_release(fern_thread *t, uint8_t to)
+{
+    for (;;) {
+        uint8_t h = LOAD(&t->hib);
+        if (h == H_BUSY) {
+            if (CAS(&t->hib, &h, to))
+                return;
+            continue;
+        }
+        /* H_BUSY | H_WAKE: a waker left t to us. */
+        STORE(&t->hib, to);
+        sched_ready(t);
+        return;
+    }
+}
+
+void hib_scan_thread(fern_thread *t)
+{
+    if (!H.scanning) {
+        H.scanning = true;
+        H.marked = false;
+    }
+    if (LOAD(&t->run_state) != T_PARKED || LOAD_RELAXED(&t->hib_no) || !LOAD_RELAXED(&t->stack))
+        return;
+    uint8_t h = LOAD_RELAXED(&t->hib);
+    if ((h == H_NONE || h == H_RESIDENT) && H.delay_ns > 0) {
+        /* Parked now; hibernated at a later scan if still parked then. */
+        if (CAS(&t->hib, &h, h == H_NONE ? H_SEEN : H_RESIDENT_SEEN))
+            H.marked = true;
+        return;
+    }
+    /* RESIDENT: restored by a touch and still parked: again, into the
+     * block it has (its live range has not changed). */
+    bool was = h == H_RESIDENT || h == H_RESIDENT_SEEN;
+    if ((h == H_NONE || h == H_SEEN || was) && CAS(&t->hib, &h, H_BUSY)) {
+        H.was[H.n] = was;
+        H.batch[H.n++] = t;
+        if (H.n == HIB_BATCH)
+            hib_scan_flush();
+    }
+}
+
+static int item_cmp(const void *a, const void *b)
+{
+    const struct item *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+void hib_scan_flush(void)
+{
+    unsigned n = H.n, m = 0;
+    H.n = 0;
+    if (!n)
+        return;
+    membarrier_all(); /* the heavy side of the handshake (top of the file) */
+    struct item *v = H.items;
+    for (unsigned i = 0; i < n; i++) {
+        fern_thread *t = H.batch[i];
+        if (H.was[i]) {
+            /* Its stack is resident and the block still holds its frame. */
+            if (LOAD(&t->run_state) != T_PARKED) {
+                hib_release(t, H_RESIDENT);
+                continue;
+            }
+            item_of(&v[m], t);
+            v[m++].resident = true;
+            continue;
+        }
+        struct stack *s = LOAD_RELAXED(&t->stack);
+        char *sp = LOAD_RELAXED(&t->sp);
+        struct slot_ref r;
+        bool ok = LOAD(&t->run_state) == T_PARKED && !LOAD_RELAXED(&t->hib_no) && s &&
+                  s->guard == FERN_GUARD_MADVISE && stack_slot_of(sp, &r) && sp >= r.lo &&
+                  sp < r.top && (size_t)(r.top - sp) <= HIB_LIVE_MAX &&
+                  (char *)(s + 1) == r.top;
+        if (!ok && LOAD(&t->run_state) == T_PARKED && !LOAD_RELAXED(&t->hib_no))
+            __atomic_fetch_or(&t->hib_no, HN_UNFIT, __ATOMIC_RELAXED); /* not again */
+        struct hib_block *b = ok ? malloc(sizeof *b + (size_t)(r.top - sp)) : NULL;
+        if (!b) {
+            hib_release(t, H_NONE);
+            continue;
+        }
+        v[m] = (struct item){t, b, r.lo, r.top, sp, &r.owners[r.index], false};
+        STORE(v[m].owner, t); /* a fault from here on finds t (H_BUSY: it waits) */
+        m++;
+    }
+    if (!m)
+        return;
+    qsort(v, m, sizeof *v, item_cmp);
+    unsigned k = 0;
+    if (protect_runs(v, m, PROT_READ)) {
+        for (unsigned i = 0; i < m; i++) {
+            struct hib_block *b = v[i].b;
+            size_t live = (size_t)(v[i].top - v[i].sp);
+            copy_words(b->data, v[i].sp, live);
+            if (v[i].resident) {
+                H.iov[i] = (struct iovec){v[i].lo, (size_t)(v[i].top - v[i].lo)};
+                continue;
+            }
+            arch_hib_frame(b->frame, b->data, v[i].t, b);
+            B_SP(b) = (uint64_t)(uintptr_t)v[i].sp;
+            B_LO(b) = (uint64_t)(uintptr_t)v[i].lo;
+            B_LIVE(b) = live;
+            B_OWNER(b) = (uint64_t)(uintptr_t)v[i].owner;
+            H.iov[i] = (struct iovec){v[i].lo, (size_t)(v[i].top - v[i].lo)};
+        }
+        /* Readers too must fault from here on: while a guard goes in, a
+         * read of a page already emptied would see zeros. */
+        if (!protect_runs(v, m, PROT_NONE))
+            die("fern: cannot protect stacks being hibernated (vm.max_map_count?); aborting\n");
+        long done = madvise_many(H.iov, m, MADV_GUARD_INSTALL);
+        /* Guards go in in order: the first k stacks are hibernated. */
+        for (long left = done; k < m && left >= (long)H.iov[k].iov_len; k++)
+            left -= (long)H.iov[k].iov_len;
+        if (k < m && done >= 0) {
+            /* A range half done has lost pages: remove its guards and put
+             * the bytes back (it stays resident). */
+            struct iovec one = H.iov[k];
+            if (madvise_many(&one, 1, MADV_GUARD_REMOVE) == (long)one.iov_len)
+                mem_write(mem_fd(), v[k].sp, v[k].b->data, (size_t)(v[k].top - v[k].sp));
+        }
+        for (unsigned i = 0; i < k; i++)
+            if (!v[i].resident)
+                STORE_RELAXED(&v[i].t->sp, (void *)v[i].b);
+        if (!protect_runs(v, m, PROT_READ | PROT_WRITE)) {
+            fprintf(stderr, "fern: cannot make hibernated stacks writable again; aborting\n");
+            abort();
+        }
+        if (k < m) {
+            static int warned;
+            if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+                fprintf(stderr, "fern: MADV_GUARD_INSTALL failed (%s); stack hibernation stops\n",
+                        strerror(errno));
+            STORE_RELAXED(&hib_on, false);
+        }
+    } else {
+        /* Out of mappings (vm.max_map_count): try again at the next scan. */
+        protect_runs(v, m, PROT_READ | PROT_WRITE);
+    }
+    ADD_RELAXED(&H.gen, 1); /* the windows are closed (see hib_fault) */
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    uint64_t bytes = 0;
+    for (unsigned i = 0; i < m; i++) {
+        if (i < k) {
+            if (!v[i].resident)
+                bytes += sizeof *v[i].b + (size_t)(v[i].top - v[i].sp);
+            hib_release(v[i].t, H_DONE);
+            continue;
+        }
+        if (v[i].resident) {
+            hib_release(v[i].t, H_RESIDENT);
+            continue;
+        }
+        STORE(v[i].owner, NULL);
+        free(v[i].b);
+        hib_release(v[i].t, H_NONE);
+    }
+    ADD_RELAXED(&H.hibernated, k);
+    ADD_RELAXED(&H.hibernations, k);
+    ADD_RELAXED(&H.bytes, bytes);
+}
+
+void hib_scan_end(int64_t now)
+{
+    hib_scan_flush();
+    H.scanning = false;
+    /* Another scan if this one left threads to look at again (marked
+     * ones), or if the workers were busy since it began (threads may have
+     * parked behind it). */
+    H.pending = H.marked || H.last_busy >= H.scan_start;
+    H.next_scan = now + H.delay_ns;
+}
+
+void hib_forget(fern_thread *t)
+{
+    uint8_t h = t->hib;
+    if (h == H_DONE || h == H_RESIDENT || h == H_RESIDENT_SEEN) {
+        free(t->sp);
+        t->sp = NULL;
+    }
+    t->hib = H_NONE;
+}
+
+void hib_stats(struct fern_stats *s)
+{
+    s->hibernate = LOAD_RELAXED(&hib_on);
+    s->hibernated = LOAD_RELAXED(&H.hibernated);
+    s->hibernations = LOAD_RELAXED(&H.hibernations);
+    s->hibernate_restores = LOAD_RELAXED(&H.restores);
+    s->hibernate_touches = LOAD_RELAXED(&H.touches);
+    s->hibernate_bytes = LOAD_RELAXED(&H.bytes);
+}
