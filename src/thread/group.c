@@ -247,7 +247,7 @@ int fern_group_set_deadline(fern_group *g, int64_t deadline_ns)
     if (w) {
         w->g = g;
         w->deadline = deadline_ns;
-        fern_attr a = {0, "group deadline", NULL, false};
+        fern_attr a = {.name = "group deadline"};
         r = fern_spawn(&g->watcher, &a, deadline_watch, w);
         if (r) {
             g->watcher = NULL;
