@@ -53,6 +53,10 @@ static int runtime_init(const fern_config *cfg, const char *implicit_by)
         crash_stop();
         return r;
     }
+    /* Before any descriptor is made: the side of cancellation's
+     * handshake its waits take (thread/cancel.c; it may probe membarrier,
+     * which thread_alloc must not do under its spin lock). */
+    (void)cancel_fence_mode();
     /* Before the workers start: each arms its own preemption tick. */
     r = c.preempt ? preempt_init(c.slice_ns) : 0;
     struct fern_cluster *d = NULL;
