@@ -137,13 +137,38 @@ int fern_shutdown(void)
     for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster)
         STORE(&c->stopping, 1);
     pthread_mutex_unlock(&rt.boot_lock);
-    for (;;) {
-        pthread_mutex_lock(&rt.boot_lock);
-        struct fern_cluster *c = rt.clusters;
-        pthread_mutex_unlock(&rt.boot_lock);
-        if (!c)
-            break;
-        stuck += cluster_stop_by(c, stop_by);
+    /* Halt them all, then free them: a worker still running may push a
+     * migrating thread into another cluster's inbox. */
+    pthread_mutex_lock(&rt.boot_lock);
+    unsigned nc = rt.nclusters, k = 0;
+    struct fern_cluster **cs = malloc((nc ? nc : 1) * sizeof *cs);
+    for (struct fern_cluster *c = rt.clusters; cs && c && k < nc; c = c->next_cluster)
+        cs[k++] = c;
+    pthread_mutex_unlock(&rt.boot_lock);
+    if (!cs) { /* no memory: one by one, as before */
+        for (;;) {
+            pthread_mutex_lock(&rt.boot_lock);
+            struct fern_cluster *c = rt.clusters;
+            pthread_mutex_unlock(&rt.boot_lock);
+            if (!c)
+                break;
+            stuck += cluster_stop_by(c, stop_by);
+        }
+    } else {
+        for (unsigned i = 0; i < k; i++)
+            stuck += cluster_halt_by(cs[i], stop_by);
+        for (unsigned i = 0; i < k; i++)
+            cluster_retire(cs[i], stuck != 0);
+        free(cs);
+        /* One a thread created meanwhile, if any. */
+        for (;;) {
+            pthread_mutex_lock(&rt.boot_lock);
+            struct fern_cluster *c = rt.clusters;
+            pthread_mutex_unlock(&rt.boot_lock);
+            if (!c)
+                break;
+            stuck += cluster_stop_by(c, stop_by);
+        }
     }
     if (!stuck)
         preempt_fini(); /* after the workers: their handlers read its table */

@@ -126,6 +126,13 @@ void cluster_stop(struct fern_cluster *c) { cluster_stop_by(c, FERN_FOREVER); }
 
 unsigned cluster_stop_by(struct fern_cluster *c, int64_t deadline)
 {
+    unsigned stuck = cluster_halt_by(c, deadline);
+    cluster_retire(c, stuck != 0);
+    return stuck;
+}
+
+unsigned cluster_halt_by(struct fern_cluster *c, int64_t deadline)
+{
     STORE(&c->stopping, 1);
     /* No spare starts after this: spare_start runs under boot_lock and
      * checks `stopping`. */
@@ -146,7 +153,12 @@ unsigned cluster_stop_by(struct fern_cluster *c, int64_t deadline)
         }
     }
     pthread_mutex_unlock(&rt.boot_lock);
-    if (stuck) {
+    return stuck;
+}
+
+void cluster_retire(struct fern_cluster *c, bool keep)
+{
+    if (keep) {
         /* Off the list, never freed: a stuck worker still uses it. */
         pthread_mutex_lock(&rt.boot_lock);
         for (struct fern_cluster **p = &rt.clusters; *p; p = &(*p)->next_cluster)
@@ -157,7 +169,7 @@ unsigned cluster_stop_by(struct fern_cluster *c, int64_t deadline)
         rt.nclusters--;
         rt.nworkers -= c->nbase;
         pthread_mutex_unlock(&rt.boot_lock);
-        return stuck;
+        return;
     }
     while (LOAD(&c->wakers))
         sched_yield(); /* a waker is still inside cluster_wake(c) */
@@ -183,7 +195,6 @@ unsigned cluster_stop_by(struct fern_cluster *c, int64_t deadline)
         worker_free(c->workers[i]);
     free(c->inbox.slot);
     free(c);
-    return 0;
 }
 
 int fern_cluster_create(fern_cluster **c, unsigned workers)

@@ -229,6 +229,13 @@ void cluster_stop(struct fern_cluster *c);
  * many still ran then (reported on stderr, left running; the cluster is
  * then taken off the list but not freed), else 0 (cluster.c). */
 unsigned cluster_stop_by(struct fern_cluster *c, int64_t deadline);
+/* cluster_stop_by in two steps, for fern_shutdown, which halts every
+ * cluster before it frees any (a thread migrating from a running cluster
+ * pushes itself into another's inbox): cluster_halt_by stops and joins c's
+ * workers (returns the stuck ones), cluster_retire takes c off the list
+ * and frees it, unless `keep` (a stuck worker may still use it). */
+unsigned cluster_halt_by(struct fern_cluster *c, int64_t deadline);
+void cluster_retire(struct fern_cluster *c, bool keep);
 void inbox_push_wake(struct fern_cluster *c, fern_thread *t);
 
 /* A compensation worker's life (worker.spare). Started by the monitor

@@ -69,6 +69,9 @@ fern_thread *thread_alloc(struct worker *w)
             c->t[i].cfence = cfence;
             c->t[i].link = rt.free_threads;
             rt.free_threads = &c->t[i];
+            /* Not waiting (0 would be W_WAITING). A thread leaves it so at
+             * exit (it cannot exit waiting), so spawn need not store it. */
+            c->t[i].cpark.state = W_WOKEN;
         }
     }
     t = rt.free_threads;
@@ -307,8 +310,7 @@ int fern_spawn(fern_thread **out, const fern_attr *attr, fern_fn fn, void *arg)
     STORE_RELAXED(&t->wait_what, NULL);
     t->joiner = NULL;
     t->cshield = 0;
-    t->creq = 0;
-    t->cpark.state = W_WOKEN; /* not waiting */
+    t->creq = 0; /* cpark's state is W_WOKEN or W_TIMEDOUT/W_CANCELED: not waiting */
     t->keys = NULL;
     t->rdheld = NULL;
     STORE_RELAXED(&t->id, next_id(w)); /* read by the deadlock watch (watch/deadlock.c) */

@@ -95,7 +95,9 @@ template <class S> void expect_case(const char *what, bool preempt, S spawn_all,
         EXPECT_FALSE(o.killed) << what << ": fern_shutdown hung (run " << run << ")\n" << o.err;
         EXPECT_TRUE(WIFEXITED(o.status) && WEXITSTATUS(o.status) == 0)
             << what << ": child status " << o.status << "\n" << o.err;
-        if (must_say) EXPECT_NE(std::string::npos, o.err.find(must_say)) << what << ":\n" << o.err;
+        if (must_say) {
+            EXPECT_NE(std::string::npos, o.err.find(must_say)) << what << ":\n" << o.err;
+        }
         std::printf("  %-32s run %d: shutdown took %ld ms\n", what, run, took_ms(o.err));
         if (took_ms(o.err) > kGraceMs + 500) std::printf("%s", o.err.c_str()); // why it waited
     }

@@ -747,7 +747,12 @@ void dtor(void *) { g_dtor_runs++; }
 
 TEST(Sched, ShutdownWithParkedThreads) {
     stop_runtime();
-    ASSERT_EQ(0, fern_init(nullptr));
+    // fern_shutdown cancels every thread first (docs/cancellation.md); these
+    // shield their wait, so they are still parked after the grace period
+    // and are destroyed without running.
+    fern_config cfg{};
+    cfg.shutdown_grace_ms = 50;
+    ASSERT_EQ(0, fern_init(&cfg));
     fern_key k;
     ASSERT_EQ(0, fern_key_create(&k, dtor));
     static fern_mutex m = FERN_MUTEX_INIT;
@@ -758,6 +763,7 @@ TEST(Sched, ShutdownWithParkedThreads) {
     g_dtor_runs = 0;
     auto body = [](void *arg) -> void * {
         fern_setspecific((fern_key)(uintptr_t)arg, (void *)1);
+        fern_cancel_shield(1);
         fern_mutex_lock(&m);
         parked++;
         fern_cond_wait(&cv, &m);
