@@ -55,6 +55,10 @@ static int runtime_init(const fern_config *cfg, const char *implicit_by)
         crash_stop();
         return r;
     }
+    /* Before any descriptor is made: the side of cancellation's
+     * handshake its waits take (thread/cancel.c; it may probe membarrier,
+     * which thread_alloc must not do under its spin lock). */
+    (void)cancel_fence_mode();
     /* $FERN_TRACE, before the workers: they record from their first switch. */
     if ((r = trace_init())) {
         crash_stop();

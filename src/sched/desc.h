@@ -73,10 +73,20 @@ struct fern_thread {
     uint64_t id;
     char name[32];
     uint8_t wait_timed;         /* the park has a deadline (watch/deadlock.c) */
+    union {
+        struct {
+            uint8_t cshield;    /* fern_cancel_shield: nonzero while its waits
+                                 * cannot be cancelled (the thread's own) */
+            uint8_t cfence;     /* its waits order their start against a
+                                 * canceller with a fence, not membarrier
+                                 * (set for good when its chunk is made:
+                                 * thread/cancel.c) */
+        };
+        uint16_t cslow;         /* either: a wait starts out of line (one
+                                 * test on the fast path for both) */
+    };
     uint32_t trace_flow;        /* debug/trace.c: the flow its waker (or spawner)
                                  * started, ended by its next run; 0 none */
-    uint8_t cshield;            /* fern_cancel_shield: nonzero while its waits
-                                 * cannot be cancelled (the thread's own) */
     uint32_t creq;              /* fern_cancel was called: sticky (sync/wait.h) */
     struct parker cpark;        /* the parker of its cancellable waits
                                  * (sync/wait.h, thread/cancel.c) */

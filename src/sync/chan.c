@@ -237,11 +237,11 @@ static __attribute__((noinline)) int chan_op_slow(fern_chan *ch, void *elem, boo
 }
 
 /* Inlined into each entry point, so that send and recv each get their own
- * code with `send`, the deadline and try_only known. The common cases
- * stay here: the lock free at once, and the other side's first waiter (if
- * any) solo, so that claiming it makes no call; then the only calls left
- * are tail calls (the wait, the slow cases), the final wake-up and memcpy
- * for elements of other sizes than 4, 8 and 16 bytes. */
+ * code with `send`, the deadline and try_only known. The common case
+ * stays here: the lock free at once (claiming the other side's waiter, of
+ * any kind, makes no call: waitq_claim_one); then the only calls left are
+ * tail calls (the wait, the slow cases), the final wake-up and memcpy for
+ * elements of other sizes than 4, 8 and 16 bytes. */
 static inline __attribute__((always_inline)) int chan_op(fern_chan *ch, void *elem, bool send,
                                                          int64_t deadline, bool try_only)
 {
@@ -252,10 +252,8 @@ static inline __attribute__((always_inline)) int chan_op(fern_chan *ch, void *el
     int mode = bias_try(&ch->bias_, &me);
     if (unlikely(mode < 0) || (!mode && unlikely(!spin_trylock(&ch->lock))))
         return chan_op_slow(ch, elem, send, deadline, try_only, SLOW_HOW(mode, 0));
-    /* A send claims from recvq only, a receive from sendq only. */
-    struct waiter *other = (send ? ch->recvq : ch->sendq).head;
-    if (other && unlikely(!other->p->solo))
-        return chan_op_slow(ch, elem, send, deadline, try_only, SLOW_HOW(mode, 1));
+    /* Whatever the other side's first waiter (solo, timed or a select's):
+     * waitq_claim_one claims any without a call. */
     return chan_op_locked(ch, elem, send, deadline, try_only, true, mode, me);
 }
 

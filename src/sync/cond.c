@@ -196,15 +196,11 @@ int fern_cond_signal(fern_cond *c)
     int mode = bias_try(&c->bias_, &me);
     if (unlikely(mode < 0) || (!mode && unlikely(!spin_trylock(&c->lock_))))
         return cond_signal_slow(c, me, mode, false);
-    /* The common case: no waiter, or a solo one (untimed) first. */
-    struct waiter *wt = c->waiters_.head;
-    if (wt) {
-        if (unlikely(!wt->p->solo))
-            return cond_signal_slow(c, me, mode, true);
-        if (unlikely(!(wt = waitq_claim_solo(&c->waiters_, wt))))
-            return cond_signal_slow(c, me, mode, true); /* nobody left to win */
+    /* The common case, whatever the first waiter's kind: waitq_claim_one
+     * claims without a call. */
+    struct waiter *wt = waitq_claim_one(&c->waiters_);
+    if (wt)
         cond_left(c, wt);
-    }
     qunlock(mode, &c->lock_);
     bias_end(&me);
     if (wt)

@@ -284,19 +284,6 @@ void waitq_unlink_in(fern_waitq *q, struct waiter *wt)
     wt->next = wt->prev = NULL;
 }
 
-/* Claim the first waiter that can still be won, unlinking it. Waiters
- * whose claim fails stay linked: their threads unlink themselves (the
- * destroy rule above). */
-struct waiter *waitq_claim_one_slow(fern_waitq *q)
-{
-    for (struct waiter *wt = q->head; wt; wt = wt->next)
-        if (waiter_claim(wt)) {
-            waitq_unlink(wt);
-            return wt;
-        }
-    return NULL;
-}
-
 struct waiter *waitq_claim_all(fern_waitq *q)
 {
     struct waiter *head = NULL, **tail = &head, *wt, *next;
@@ -322,6 +309,43 @@ int waiters_release(struct waiter *chain, int result)
         n++;
     }
     return n;
+}
+
+/* The out-of-line starts of a cancellable wait (wait.h). */
+struct parker *parker_cancellable_slow(fern_thread *t, struct parker *own, bool started)
+{
+    struct parker *p = &t->cpark;
+    if (!started) {
+        if (t->cshield)
+            return own;
+        /* The fence side (cfence): both halves sequentially consistent, a
+         * store-buffer pattern against fern_cancel's. */
+        __atomic_exchange_n(&p->state, W_WAITING, __ATOMIC_SEQ_CST);
+        started = __atomic_load_n(&t->creq, __ATOMIC_SEQ_CST) != 0;
+    }
+    if (started) {
+        uint32_t expect = W_WAITING;
+        if (CAS(&p->state, &expect, W_CANCELED))
+            return NULL;
+        /* A canceller claimed the wait meanwhile: it readies us once we
+         * are parked, so we park (and find W_CANCELED). */
+    }
+    p->solo = 0;
+    return p;
+}
+
+bool waiter_init_cancellable_slow(struct waiter *wt, fern_thread *t, bool started)
+{
+    struct parker *p = t ? parker_cancellable_slow(t, &wt->own, started) : &wt->own;
+    if (p == &wt->own || !p) {
+        parker_init(&wt->own);
+        wt->own.solo = SOLO_LOCKED;
+        wt->p = &wt->own;
+        return p != NULL;
+    }
+    p->solo = SOLO_CAS;
+    wt->p = p;
+    return true;
 }
 
 void wait_note(const char *what, const void *obj) { wait_note_t(thread_current(), what, obj); }

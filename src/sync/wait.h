@@ -56,14 +56,27 @@ static inline void waiter_init(struct waiter *wt)
  * A cancellable wait of a green thread waits on the thread's own parker,
  * t->cpark, which lives in the descriptor: a canceller claims it with the
  * same CAS a waker or a timer uses (W_WAITING -> W_CANCELED: wake exactly
- * once, invariant 2), so its wakers claim by CAS too: an untimed single
- * waiter on it is SOLO_CAS, kept on the wakers' fast paths. The request itself is t->creq, sticky. A canceller
- * sets it, then looks at the parker's state; parker_cancellable starts a
- * wait by exchanging the state to W_WAITING, then looks at creq. Both are
- * sequentially consistent (a store-buffer pattern), so at least one of
- * them sees the other: either the wait sees the request and fails at once,
- * or the canceller sees the wait and claims it (if both, one CAS of
- * W_WAITING to W_CANCELED wins). A parker a waker claimed (W_CLAIMED: a
+ * once, invariant 2), so its wakers claim by CAS too (waitq_claim_one
+ * claims every kind of waiter so, inline and without a call; an untimed
+ * single waiter on it is SOLO_CAS). The request itself is t->creq,
+ * sticky. A canceller sets it, then looks at the parker's state; a wait
+ * starts by storing W_WAITING, then looks at creq: a store-buffer pattern,
+ * in which at least one must see the other: either the wait sees the
+ * request and fails at once, or the canceller sees the wait and claims it
+ * (if both, one CAS of W_WAITING to W_CANCELED wins). The pattern is
+ * asymmetric, as a biased object's (sync/bias.c): the wait, on every fast
+ * path, orders its store before its load with a compiler barrier only; the
+ * canceller, rare, runs membarrier(PRIVATE_EXPEDITED) between its request
+ * and its look (cancel_barrier: one for a batch, as a group's cancel or
+ * shutdown's), a full barrier on every thread of the process in place of
+ * the fence the wait left out. Where membarrier is missing (and under
+ * TSan, which does not model it) a descriptor's cfence is set when its
+ * chunk is made: its waits start out of line, with a SEQ_CST exchange and
+ * load against the canceller's SEQ_CST exchange of creq. cshield and
+ * cfence share one test (cslow) on the fast path. A start that finds the
+ * request has stored W_WAITING already, so it claims its own wait by CAS
+ * too (a canceller may have won it: then it parks and is readied).
+ * A parker a waker claimed (W_CLAIMED: a
  * condition waiter may stay claimed while it waits for its mutex) is left
  * to its waker; the request fails the thread's next wait.
  * A canceller that claims the parker readies the thread only once its park
@@ -79,6 +92,14 @@ static inline bool cancel_due(const fern_thread *t)
     return t && !t->cshield && LOAD(&t->creq);
 }
 
+/* parker_cancellable and waiter_init_cancellable out of line (wait.c):
+ * `started` false for a thread whose cslow is set (shielded, or on the
+ * fence side: see above), which starts here; true for a start that stored
+ * W_WAITING and then found the request (a canceller may have claimed the
+ * wait since: the state must not be stored again). */
+struct parker *parker_cancellable_slow(fern_thread *t, struct parker *own, bool started);
+bool waiter_init_cancellable_slow(struct waiter *wt, fern_thread *t, bool started);
+
 /* The parker for a wait of green thread t (NULL for a plain thread):
  * t->cpark, set up for a wait, if t may be cancelled now, else `own`
  * (initialised by the caller: a plain or shielded thread's wait, and the
@@ -87,17 +108,17 @@ static inline bool cancel_due(const fern_thread *t)
  * ECANCELED. See above for where it may be called. */
 static inline struct parker *parker_cancellable(fern_thread *t, struct parker *own)
 {
-    if (!t || unlikely(t->cshield))
+    if (!t)
         return own;
+    if (unlikely(t->cslow))
+        return parker_cancellable_slow(t, own, false);
     struct parker *p = &t->cpark;
-    __atomic_exchange_n(&p->state, W_WAITING, __ATOMIC_SEQ_CST);
-    if (unlikely(__atomic_load_n(&t->creq, __ATOMIC_SEQ_CST))) {
-        uint32_t expect = W_WAITING;
-        if (CAS(&p->state, &expect, W_CANCELED))
-            return NULL;
-        /* A second canceller claimed the wait meanwhile: it readies us
-         * once we are parked, so we park (and find W_CANCELED). */
-    }
+    /* The light side of the handshake: the store, a compiler barrier, the
+     * load; the canceller's membarrier stands in for the fence. */
+    STORE_RELAXED(&p->state, W_WAITING);
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    if (unlikely(LOAD_RELAXED(&t->creq)))
+        return parker_cancellable_slow(t, own, true);
     /* The rest is set where it is used: result and index by the waker
      * (read only after W_WOKEN), thread and the deadline by the park,
      * unlock and the timer by a timed park (park_green); the timer is
@@ -121,28 +142,21 @@ static inline bool waiter_init_cancellable(struct waiter *wt, fern_thread *t)
     wt->since = 0;
     wt->index = 0;
     wt->heir = 0;
-    if (likely(t && !t->cshield)) {
-        struct parker *p = &t->cpark;
-        __atomic_exchange_n(&p->state, W_WAITING, __ATOMIC_SEQ_CST);
-        if (likely(!__atomic_load_n(&t->creq, __ATOMIC_SEQ_CST))) {
-            p->solo = SOLO_CAS;
-            wt->p = p;
-            return true;
-        }
-        uint32_t expect = W_WAITING;
-        if (CAS(&p->state, &expect, W_CANCELED)) {
-            parker_init(&wt->own);
-            wt->p = &wt->own;
-            return false;
-        }
-        /* A second canceller claimed the wait: park (parker_cancellable). */
-        p->solo = SOLO_CAS;
-        wt->p = p;
+    if (!t) {
+        parker_init(&wt->own);
+        wt->own.solo = SOLO_LOCKED;
+        wt->p = &wt->own;
         return true;
     }
-    parker_init(&wt->own);
-    wt->own.solo = SOLO_LOCKED;
-    wt->p = &wt->own;
+    if (unlikely(t->cslow))
+        return waiter_init_cancellable_slow(wt, t, false);
+    struct parker *p = &t->cpark;
+    STORE_RELAXED(&p->state, W_WAITING); /* as parker_cancellable */
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    if (unlikely(LOAD_RELAXED(&t->creq)))
+        return waiter_init_cancellable_slow(wt, t, true);
+    p->solo = SOLO_CAS;
+    wt->p = p;
     return true;
 }
 
@@ -225,37 +239,44 @@ void waitq_unlink(struct waiter *wt);
 void waitq_unlink_in(fern_waitq *q, struct waiter *wt);
 /* Claim and unlink the first waiter that can still be won; returns it
  * (W_CLAIMED, to be released by the caller) or NULL. Waiters that cannot be
- * won are left linked for their own threads to unlink (see wait.c). */
-struct waiter *waitq_claim_one_slow(fern_waitq *q);
-/* waitq_claim_one when q's head is wt, a solo waiter: unlink it and win it
- * (outright if SOLO_LOCKED; a SOLO_CAS one a canceller may have won: then
- * the first waiter after it that can be won, or NULL). */
-static inline struct waiter *waitq_claim_solo(fern_waitq *q, struct waiter *wt)
-{
-    /* One CAS for both kinds: a SOLO_LOCKED claim cannot fail, and the
-     * test that would tell them apart costs the SOLO_CAS path more. */
-    uint32_t expect = W_WAITING;
-    if (unlikely(!CAS(&wt->p->state, &expect, W_CLAIMED)))
-        return waitq_claim_one_slow(q);
-    struct waiter *n = wt->next;
-    q->head = n;
-    if (n)
-        n->prev = NULL;
-    else
-        q->tail = NULL;
-    wt->q = NULL;
-    wt->next = NULL;
-    wt->p->index = wt->index;
-    return wt;
-}
+ * won are left linked for their own threads to unlink (see wait.c). Inline and without a call, whatever the waiters' kinds (every
+ * claim is one CAS: a canceller may race for a cancellable wait, and the
+ * test that would spare the others the CAS costs as much), so that a waiter
+ * a canceller won (rare: a loop over the rest) costs the fast path no
+ * registers. The head's prev is NULL: its unlink tests nothing more. */
 static inline struct waiter *waitq_claim_one(fern_waitq *q)
 {
     struct waiter *wt = q->head;
     if (!wt)
         return NULL;
-    if (!wt->p->solo)
-        return waitq_claim_one_slow(q);
-    return waitq_claim_solo(q, wt);
+    uint32_t expect = W_WAITING;
+    if (likely(CAS(&wt->p->state, &expect, W_CLAIMED))) {
+        struct waiter *n = wt->next;
+        q->head = n;
+        if (n)
+            n->prev = NULL;
+        else
+            q->tail = NULL;
+    } else {
+        for (;;) {
+            if (!(wt = wt->next))
+                return NULL;
+            expect = W_WAITING;
+            if (CAS(&wt->p->state, &expect, W_CLAIMED))
+                break;
+        }
+        struct waiter *n = wt->next, *pv = wt->prev;
+        pv->next = n;
+        if (n)
+            n->prev = pv;
+        else
+            q->tail = pv;
+        wt->prev = NULL;
+    }
+    wt->q = NULL;
+    wt->next = NULL;
+    wt->p->index = wt->index;
+    return wt;
 }
 /* Claim (and unlink) every waiter that can still be won, chained through
  * ->next; the others stay linked. Wakers

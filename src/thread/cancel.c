@@ -41,17 +41,53 @@ static void cancel_wake(fern_thread *t)
     sched_ready(t);
 }
 
-int fern_cancel(fern_thread *t)
+/* The side of the handshake a descriptor's waits take (its cfence): 0,
+ * the light one, if membarrier(PRIVATE_EXPEDITED) works here, else 1, a
+ * fence on every start (sync/wait.h). Decided once, before the first
+ * chunk of descriptors is made, so every descriptor agrees with
+ * cancel_barrier. Under TSan always the fence: it does not model
+ * membarrier (sync/bias.c leaves biasing off there for the same reason). */
+static int fence_mode = -1;
+
+uint8_t cancel_fence_mode(void)
 {
-    if (!t)
-        return EINVAL;
+    int m = LOAD(&fence_mode);
+    if (m < 0) {
+#ifdef FERN_TSAN
+        m = 1;
+#else
+        m = !membarrier_ready();
+#endif
+        STORE(&fence_mode, m);
+    }
+    return (uint8_t)m;
+}
+
+/* Between setting requests and looking at the waits: the heavy side of the
+ * handshake. membarrier runs a full barrier on every thread of the
+ * process, standing in for the fence each light start left out; on the
+ * fence side the request's SEQ_CST exchange is the barrier already. */
+void cancel_barrier(void)
+{
+    if (LOAD(&fence_mode) == 0)
+        membarrier_all();
+}
+
+/* The request: true if this call set it (the first cancel of t). */
+bool cancel_request(fern_thread *t)
+{
     if (LOAD(&t->alloc) != A_LIVE)
-        return ESRCH;
-    /* The request first, then the look at the wait: sequentially
-     * consistent against parker_cancellable's pair (sync/wait.h). */
-    if (__atomic_exchange_n(&t->creq, 1, __ATOMIC_SEQ_CST))
-        return 0; /* cancelled before: its wait, if any, was claimed then */
+        return false;
+    return !__atomic_exchange_n(&t->creq, 1, __ATOMIC_SEQ_CST);
+}
+
+/* After the barrier: claim t's wait if it waits in a cancellable one (and
+ * is cancelled: a descriptor reused meanwhile by a new thread is not). */
+void cancel_claim(fern_thread *t)
+{
     struct parker *p = &t->cpark;
+    if (!LOAD(&t->creq))
+        return;
     uint32_t expect = W_WAITING;
     while (__atomic_load_n(&p->state, __ATOMIC_SEQ_CST) == W_WAITING) {
         if (CAS(&p->state, &expect, W_CANCELED)) {
@@ -60,7 +96,34 @@ int fern_cancel(fern_thread *t)
         }
         expect = W_WAITING;
     }
+}
+
+int fern_cancel(fern_thread *t)
+{
+    if (!t)
+        return EINVAL;
+    if (LOAD(&t->alloc) != A_LIVE)
+        return ESRCH;
+    /* The request first, then the barrier, then the look at the wait
+     * (sync/wait.h). */
+    if (!cancel_request(t))
+        return 0; /* cancelled before: its wait, if any, was claimed then */
+    cancel_barrier();
+    cancel_claim(t);
     return 0;
+}
+
+void cancel_many(fern_thread *const *v, size_t n)
+{
+    /* Every request, one barrier for the batch, then the waits. */
+    bool any = false;
+    for (size_t i = 0; i < n; i++)
+        any |= cancel_request(v[i]);
+    if (!any)
+        return;
+    cancel_barrier();
+    for (size_t i = 0; i < n; i++)
+        cancel_claim(v[i]);
 }
 
 int fern_cancel_shield(int on)
@@ -116,8 +179,7 @@ unsigned threads_cancel_all(void)
             }
         spin_unlock(&rt.chunk_lock);
     }
-    for (unsigned i = 0; i < m; i++)
-        fern_cancel(v[i]);
+    cancel_many(v, m);
     free(v);
     return n;
 }

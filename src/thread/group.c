@@ -87,8 +87,15 @@ static void group_cancel(fern_group *g, int why)
     g->cancelled = true;
     if (why && !g->err)
         g->err = why;
+    /* Every request, one barrier, then the waits (thread/cancel.c). */
+    bool any = false;
     for (struct member *m = g->members; m; m = m->next)
-        fern_cancel(m->t);
+        any |= cancel_request(m->t);
+    if (any) {
+        cancel_barrier();
+        for (struct member *m = g->members; m; m = m->next)
+            cancel_claim(m->t);
+    }
     size_t n = 0, k = 0;
     for (fern_group *c = g->kids; c; c = c->sib)
         n++;

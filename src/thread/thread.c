@@ -63,9 +63,11 @@ fern_thread *thread_alloc(struct worker *w)
             return NULL;
         }
         memset(c, 0, sizeof *c);
+        uint8_t cfence = cancel_fence_mode(); /* probed by runtime_init already */
         c->next = rt.chunks;
         STORE(&rt.chunks, c); /* release: threads_scan reads the list unlocked */
         for (unsigned i = THREAD_CHUNK; i-- > 0;) {
+            c->t[i].cfence = cfence;
             c->t[i].link = rt.free_threads;
             rt.free_threads = &c->t[i];
             /* Not waiting (0 would be W_WAITING). A thread leaves it so at

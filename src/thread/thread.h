@@ -19,6 +19,16 @@ int fern_join_body(fern_thread *t, void **ret);
 /* Shutdown (cancel.c): cancel every thread that has not finished and is not
  * cancelled yet; returns how many have not finished. */
 unsigned threads_cancel_all(void);
+/* The canceller's steps (cancel.c): set t's request (true if this call set
+ * it), the barrier between the requests and the looks at the waits (one
+ * for a batch), claim t's cancellable wait if any; cancel_many does all
+ * three for n threads with one barrier. cancel_fence_mode: the cfence of
+ * a new descriptor. */
+bool cancel_request(fern_thread *t);
+void cancel_barrier(void);
+void cancel_claim(fern_thread *t);
+void cancel_many(fern_thread *const *v, size_t n);
+uint8_t cancel_fence_mode(void);
 /* One line per thread that has not finished (at most max, then a count);
  * returns how many. */
 unsigned threads_report_unfinished(FILE *f, unsigned max);
