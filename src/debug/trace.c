@@ -248,8 +248,11 @@ void *trace_switch(struct worker *w, fern_thread *cur, fern_thread *next)
         return next->sp;
     uint64_t ts = trace_clock();
     if (cur != &w->g0) {
+        /* A yield and a preemption store T_RUNNABLE and an exit T_EXITING
+         * before their switch; a park (a wait, a migration) leaves
+         * T_RUNNING until its after action stores T_PARKED (sync/wait.c). */
         uint8_t st = LOAD_RELAXED(&cur->run_state);
-        if (st == T_PARKED)
+        if (st == T_PARKED || st == T_RUNNING)
             trace_put(b, ts, TR_PARK, cur->id, (uintptr_t)LOAD_RELAXED(&cur->wait_obj),
                       (uintptr_t)LOAD_RELAXED(&cur->wait_what));
         else
@@ -755,6 +758,24 @@ static void format_outside(struct fmt *f, const struct trace_ev *e, unsigned typ
         p = PL(p, "}");
         line_end(f, p);
         break;
+    case TR_HIBERNATE:
+        p = instant_head(f, tid, ts, "hibernated stacks");
+        p = PL(p, "\"threads\":");
+        p = pu(p, e->a);
+        p = PL(p, ",\"heap_bytes\":");
+        p = pu(p, e->b);
+        p = PL(p, ",\"by\":\"monitor\"}");
+        line_end(f, p);
+        break;
+    case TR_RESTORE:
+        p = instant_head(f, tid, ts, "restored hibernated stacks");
+        p = PL(p, "\"threads\":");
+        p = pu(p, e->a);
+        p = PL(p, ",\"first\":");
+        p = pu(p, e->b);
+        p = PL(p, "}");
+        line_end(f, p);
+        break;
     case TR_RESCUE: {
         char l[40];
         label_of_track(l, e->a);
@@ -848,6 +869,15 @@ static void format_event(struct fmt *f, const struct trace_buf *b, struct trk *k
         p = PL(p, "\"events\":");
         p = pu(p, e->a);
         p = ps(p, e->b ? ",\"slept\":1}" : ",\"slept\":0}");
+        line_end(f, p);
+        break;
+    case TR_RESTORE:
+        p = instant_head(f, b->tid, ts, "restored hibernated stacks");
+        p = PL(p, "\"threads\":");
+        p = pu(p, e->a);
+        p = PL(p, ",\"first\":");
+        p = pu(p, e->b);
+        p = PL(p, "}");
         line_end(f, p);
         break;
     case TR_SPARE_END:

@@ -53,6 +53,7 @@
  */
 #include "sched/sched.h"
 #include "sched/hibernate.h"
+#include "sched/trace.h"
 
 #include <sched.h>
 #include <fcntl.h>
@@ -359,6 +360,11 @@ static void restore(struct item *v, unsigned n, bool touched)
         mem_write(fd, v[i].sp, v[i].b->data, (size_t)B_LIVE(v[i].b));
     if (!protect_runs(v, n, PROT_READ | PROT_WRITE))
         die("fern: cannot make a restored stack writable again; aborting\n");
+    /* Recorded with signals still blocked, and never for a touch (that
+     * restore runs in the fault handler, which may have interrupted a
+     * record into the same buffer). */
+    if (!touched)
+        TRACE(trace_event(worker_self(), TR_RESTORE, n, v[0].t->id, 0));
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     /* Before the states: whoever sees one of them sees the count too. */
     ADD_RELAXED(&H.gen, 1);
@@ -711,6 +717,8 @@ void hib_scan_flush(void)
     ADD_RELAXED(&H.hibernated, k);
     ADD_RELAXED(&H.hibernations, k);
     ADD_RELAXED(&H.bytes, bytes);
+    if (k)
+        TRACE(trace_event(NULL, TR_HIBERNATE, k, bytes, 0));
 }
 
 void hib_scan_end(int64_t now)

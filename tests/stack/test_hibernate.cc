@@ -404,6 +404,45 @@ TEST_F(Hibernate, TouchesDuringHibernationKept) {
     EXPECT_EQ(n, w.intact.load());
 }
 
+// The tracer (docs/debugging.md) shows hibernation: the monitor's batches
+// on the outside track, and the restores of threads that resume (sleepers:
+// their timers live in their descriptors, so no touch restores them first).
+TEST_F(Hibernate, TracedBatchesAndRestores) {
+    char path[] = "/tmp/fern-hib-trace-XXXXXX";
+    int fd = mkstemp(path);
+    ASSERT_GE(fd, 0);
+    close(fd);
+    ASSERT_EQ(0, fern_trace_start(path));
+    const long n = 64;
+    struct fern_stats s0 = stats();
+    std::atomic<long> good{0};
+    std::vector<fern_thread *> ts((size_t)n);
+    for (long i = 0; i < n; i++)
+        ASSERT_EQ(0, spawn(&ts[(size_t)i], nullptr, [&, i] {
+                      volatile Mark m(i);
+                      fern_sleep_ns(ms(2000));
+                      if (const_cast<Mark &>(m).ok(i)) good++;
+                  }));
+    ASSERT_TRUE(wait_hibernated((uint64_t)n, 1800));
+    for (auto *t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
+    EXPECT_EQ(n, good.load());
+    struct fern_stats s1 = stats();
+    uint64_t resumed = (s1.hibernate_restores - s0.hibernate_restores) -
+                       (s1.hibernate_touches - s0.hibernate_touches);
+    EXPECT_GT(resumed, 0u);
+    ASSERT_EQ(0, fern_trace_stop());
+    FILE *f = fopen(path, "r");
+    ASSERT_NE(nullptr, f);
+    std::string text;
+    char buf[65536];
+    size_t k;
+    while ((k = fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, k);
+    fclose(f);
+    unlink(path);
+    EXPECT_NE(std::string::npos, text.find("\"name\":\"hibernated stacks\"")) << text.size();
+    EXPECT_NE(std::string::npos, text.find("\"name\":\"restored hibernated stacks\""));
+}
+
 // With hibernation on, a real fault is still reported and fatal: the
 // handler restores only stacks it hibernated.
 TEST(HibernateDeathTest, RealFaultsStillFatal) {
