@@ -168,6 +168,8 @@ static long wait_ready(int fd, int dir, int64_t dl)
         if (w != 0)
             return w;
         int k = fern__io_park(&pe, 1, dl);
+        if (k == FERN__PARK_CANCELED)
+            return -ECANCELED;
         if (k == 0)
             return 0;
         if (k < 0)

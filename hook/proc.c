@@ -52,6 +52,10 @@ static long park_pidfd(int pidfd, const struct hk_call *c, int (*ready)(long, co
         if (ready(r, c))
             break;
         int k = fern__io_park(&pe, 1, FERN_FOREVER);
+        if (k == FERN__PARK_CANCELED) {
+            r = -ECANCELED; /* the child stays to be waited for */
+            break;
+        }
         if (k < 0) {
             r = -ENOSYS;
             break;

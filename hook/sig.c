@@ -52,6 +52,10 @@ static long sigwait_green(const sigset_t *set, siginfo_t *info, const struct tim
         if (r != -EAGAIN)
             break;
         int k = fern__io_park(&pe, 1, dl);
+        if (k == FERN__PARK_CANCELED) {
+            r = -ECANCELED;
+            break;
+        }
         if (k == 0) {
             r = -EAGAIN; /* the timeout passed */
             break;

@@ -87,6 +87,8 @@ static long accept_green(int fd, const struct hk_call *c)
         if (dl < 0)
             dl = hk_deadline(__atomic_load_n(&h->rcvto, __ATOMIC_RELAXED));
         int k = fern__io_park(&pe, 1, dl);
+        if (k == FERN__PARK_CANCELED)
+            return -ECANCELED;
         if (k == 0)
             return -EAGAIN;
         if (k < 0)
