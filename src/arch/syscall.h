@@ -1,14 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * One raw system call without libc: for fern-hook (hook/), which must not
- * go through the libc functions it replaces, nor touch errno. Each
+ * go through the libc functions it replaces, nor touch errno, and for the
+ * runtime's own calls that fern-hook must not see (stack hibernation's
+ * /proc/self/mem, sched/hibernate.c). Each
  * architecture's <arch>/syscall.h provides
  *
  *   long arch_syscall6(long nr, long a, long b, long c, long d, long e, long f)
  *        the kernel's return value (-errno on error)
  *
- * Kept apart from arch.h, which the runtime includes everywhere: only
- * fern-hook needs this.
+ * Kept apart from arch.h, which the runtime includes everywhere.
  */
 #ifndef FERN_ARCH_SYSCALL_H
 #define FERN_ARCH_SYSCALL_H

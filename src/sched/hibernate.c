@@ -54,15 +54,32 @@
 #include "sched/sched.h"
 #include "sched/hibernate.h"
 #include "sched/trace.h"
+#include "arch/syscall.h"
 
 #include <sched.h>
 #include <fcntl.h>
+#include <sys/syscall.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 #ifdef FERN_VALGRIND
 #include <valgrind/valgrind.h>
+
+/* The file calls here are raw system calls: fern-hook interposes open,
+ * close, pwrite and write for green threads (docs/hooks.md), and a green
+ * thread restoring its own stack must not park in one, nor may a fault
+ * handler. Each returns the kernel's value (-errno on error). */
+static int mem_open(void)
+{
+    return (int)arch_syscall6(SYS_openat, AT_FDCWD, (long)"/proc/self/mem", O_RDWR | O_CLOEXEC, 0,
+                              0, 0);
+}
+static int mem_stat(int fd, struct stat *st)
+{
+    return (int)arch_syscall6(SYS_newfstatat, fd, (long)"", (long)st, AT_EMPTY_PATH, 0, 0);
+}
+static void mem_close(int fd) { (void)arch_syscall6(SYS_close, fd, 0, 0, 0, 0, 0); }
 #endif
 
 #ifndef MADV_GUARD_INSTALL
@@ -200,13 +217,14 @@ void hib_init(void)
             munmap(p, pg);
         }
     }
-    int fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+    int fd = mem_open();
     struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0) {
+    int e = fd < 0 ? fd : mem_stat(fd, &st);
+    if (e < 0) {
         fprintf(stderr, "fern: stack hibernation needs /proc/self/mem (%s); it stays off\n",
-                strerror(errno));
+                strerror(-e));
         if (fd >= 0)
-            close(fd);
+            mem_close(fd);
         return;
     }
     H.mem_fd = fd;
@@ -223,7 +241,7 @@ void hib_fini(void)
 {
     hib_on = false;
     if (H.mem_fd >= 0)
-        close(H.mem_fd);
+        mem_close(H.mem_fd);
     H.mem_fd = -1;
 }
 
@@ -287,8 +305,7 @@ static bool protect_runs(struct item *v, unsigned n, int prot)
 
 static void die(const char *msg)
 {
-    ssize_t r = write(2, msg, strlen(msg)); /* async-signal-safe */
-    (void)r;
+    (void)arch_syscall6(SYS_write, 2, (long)msg, (long)strlen(msg), 0, 0, 0); /* async-signal-safe */
     abort();
 }
 
@@ -300,10 +317,10 @@ static int mem_fd(void)
 {
     struct stat st;
     int fd = LOAD_RELAXED(&H.mem_fd);
-    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_ino == H.mem_ino && st.st_dev == H.mem_dev)
+    if (fd >= 0 && mem_stat(fd, &st) == 0 && st.st_ino == H.mem_ino && st.st_dev == H.mem_dev)
         return fd;
-    fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
-    if (fd < 0 || fstat(fd, &st) != 0)
+    fd = mem_open();
+    if (fd < 0 || mem_stat(fd, &st) != 0)
         die("fern: cannot open /proc/self/mem to restore a hibernated stack; aborting\n");
     H.mem_ino = st.st_ino;
     H.mem_dev = st.st_dev;
@@ -314,9 +331,9 @@ static int mem_fd(void)
 static void mem_write(int fd, char *dst, const char *src, size_t n)
 {
     while (n) {
-        ssize_t r = pwrite(fd, src, n, (off_t)(uintptr_t)dst);
+        long r = arch_syscall6(SYS_pwrite64, fd, (long)src, (long)n, (long)(uintptr_t)dst, 0, 0);
         if (r <= 0) {
-            if (r < 0 && errno == EINTR)
+            if (r == -EINTR)
                 continue;
             die("fern: cannot write a hibernated stack back; aborting\n");
         }
