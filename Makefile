@@ -68,7 +68,7 @@ A64_FLAGS := -mbranch-protection=standard
 test-aarch64:
 	cmake -S . -B build/aarch64 $(GEN) -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
 	  -DCMAKE_BUILD_TYPE=Release -DFERN_BUILD_BENCH=OFF -DFERN_BUILD_EXAMPLES=ON \
-	  -DFERN_GTEST_SOURCE=/usr/src/googletest -DFERN_HOOK_CLIENT_TESTS=OFF \
+	  -DFERN_GTEST_SOURCE=/usr/src/googletest -DFERN_HOOK_CLIENT_TESTS=OFF -DFERN_HOOK_SQLITE_TEST=OFF \
 	  -DCMAKE_C_FLAGS="$(A64_FLAGS)" -DCMAKE_CXX_FLAGS="$(A64_FLAGS)" -DCMAKE_ASM_FLAGS="$(A64_FLAGS)"
 	cmake --build build/aarch64 -j $(JOBS)
 	sh tests/cross/bti.sh build/aarch64
