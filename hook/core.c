@@ -230,8 +230,9 @@ static long green_transfer(int fd, int dir, int nowait, const struct hk_call *c,
             token = fern__io_begin(&pe);
         }
         long r = hk_do(&nw);
-        if (r == -EOPNOTSUPP && nw.nr != c->nr) {
-            /* RWF_NOWAIT refused (a tty): remember, and wait with poll. */
+        if ((r == -EOPNOTSUPP || r == -ENOSYS) && nw.nr != c->nr) {
+            /* RWF_NOWAIT refused (a tty), or preadv2 missing (qemu-user):
+             * remember, and wait with poll. */
             __atomic_fetch_or(&h->st, HK_POLLFIRST, __ATOMIC_ACQ_REL);
             if (dl < 0)
                 dl = hk_deadline(__atomic_load_n(dir == FERN_READ ? &h->rcvto : &h->sndto,

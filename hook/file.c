@@ -70,7 +70,7 @@ long hk_file_io(int fd, const struct hk_call *c, const struct hk_call *nw)
     if (hk_state(hk_fd_find(fd)) & HK_DIRECT)
         return off_worker(c->nr, c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5]);
     long r = hk_do(nw);
-    if (HK_LIKELY(r != -EAGAIN && r != -EOPNOTSUPP)) {
+    if (HK_LIKELY(r != -EAGAIN && r != -EOPNOTSUPP && r != -ENOSYS)) { /* ENOSYS: no preadv2 (qemu-user) */
         if (r >= 0)
             fern__file_nowait_hit();
         return r;

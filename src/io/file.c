@@ -186,7 +186,7 @@ static ssize_t file_prw(long nr, int fd, void *buf, size_t n, int64_t off)
             uring_count_nowait();
             return r;
         }
-        if (errno != EAGAIN && errno != EOPNOTSUPP)
+        if (errno != EAGAIN && errno != EOPNOTSUPP && errno != ENOSYS) /* ENOSYS: qemu-user */
             return -1;
         long a[6] = {fd, (long)buf, (long)n, (long)off, 0, 0};
         r = io_file_call(nr, a);
