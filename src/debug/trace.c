@@ -673,6 +673,18 @@ static char *instant_head(struct fmt *f, int64_t tid, uint64_t ts, const char *n
     return PL(p, "\",\"args\":{");
 }
 
+/* TR_RESTORE, on whichever track restored the stacks. */
+static void restore_event(struct fmt *f, int64_t tid, uint64_t ts, const struct trace_ev *e)
+{
+    char *p = instant_head(f, tid, ts, "restored hibernated stacks");
+    p = PL(p, "\"threads\":");
+    p = pu(p, e->a);
+    p = PL(p, ",\"first\":");
+    p = pu(p, e->b);
+    p = PL(p, "}");
+    line_end(f, p);
+}
+
 static void label_of_track(char *out, uint64_t track)
 {
     uint32_t n = LOAD(&S.ntracks);
@@ -768,13 +780,7 @@ static void format_outside(struct fmt *f, const struct trace_ev *e, unsigned typ
         line_end(f, p);
         break;
     case TR_RESTORE:
-        p = instant_head(f, tid, ts, "restored hibernated stacks");
-        p = PL(p, "\"threads\":");
-        p = pu(p, e->a);
-        p = PL(p, ",\"first\":");
-        p = pu(p, e->b);
-        p = PL(p, "}");
-        line_end(f, p);
+        restore_event(f, tid, ts, e);
         break;
     case TR_RESCUE: {
         char l[40];
@@ -872,13 +878,7 @@ static void format_event(struct fmt *f, const struct trace_buf *b, struct trk *k
         line_end(f, p);
         break;
     case TR_RESTORE:
-        p = instant_head(f, b->tid, ts, "restored hibernated stacks");
-        p = PL(p, "\"threads\":");
-        p = pu(p, e->a);
-        p = PL(p, ",\"first\":");
-        p = pu(p, e->b);
-        p = PL(p, "}");
-        line_end(f, p);
+        restore_event(f, b->tid, ts, e);
         break;
     case TR_SPARE_END:
         p = instant_head(f, b->tid, ts, "compensation: spare worker ends");
