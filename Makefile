@@ -6,7 +6,7 @@ JOBS ?= $(shell nproc)
 GEN := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 CMAKE_COMMON := $(GEN) -DFERN_BUILD_BENCH=ON -DFERN_BUILD_EXAMPLES=ON
 
-.PHONY: all build build-asan build-tsan test test-release test-asan test-tsan test-install test-servers test-fuzz test-aarch64 demo bench bench-hooks format lint clean
+.PHONY: all build build-asan build-tsan test test-release test-asan test-tsan test-install test-servers test-fuzz test-aarch64 demo bench bench-hooks bench-idle format lint clean
 
 all: build
 
@@ -95,6 +95,11 @@ bench: build
 # PostgreSQL, writes bench/results/hooks.{json,md}.
 bench-hooks: build
 	python3 bench/hooks/hooks.py --build-dir build/release
+
+# The idle-connections scenario (bench/README.md, "Idle connections"): 18,000
+# connections per peer, 3 rounds, bench/results/idle.{json,md}; about 8 minutes.
+bench-idle: build
+	python3 bench/idle/idle.py --build-dir build/release
 
 format:
 	clang-format -i include/fern/*.h include/fern/*.hpp include/fern/cxx/*.hpp $$(find src -name "*.[ch]") tests/*.h tests/*/test_*.cc tests/*/test_*/*.cc tests/*/test_*/*.h tests/stress/*.cc apps/memcached/tests/test_*.cc examples/*.c examples/*.h bench/fern/*.c bench/pthread/*.c bench/hooks/*.c

@@ -24,7 +24,9 @@
  *  7. sends one byte on every connection (a different value per connection)
  *     and times until every connection has echoed its own byte back; a
  *     connection that closes, answers wrongly or not at all within --timeout
- *     is reported by index and source address, and the run fails;
+ *     is reported by index and source address, and the run fails; with
+ *     --rounds N, N-1 more times after as many more idle spells (the
+ *     figures printed are the first round's, plus the last one's time);
  *  8. reads VmRSS + VmPTE once more (after every thread has run again), closes
  *     everything, stops the server (SIGTERM to its group, SIGKILL after 5 s).
  *
@@ -37,7 +39,8 @@
  * and is killed on every failure path, SIGINT and SIGTERM included.
  *
  *   idle_client [--conns N] [--idle SEC] [--warmup N] [--timeout SEC]
- *               [--limit SEC] [--name NAME] [--stats] [--min-hibernated N]
+ *               [--limit SEC] [--rounds N] [--name NAME] [--stats]
+ *               [--min-hibernated N]
  *               -- SERVER [ARGS...]
  *
  * Prints `idle NAME METRIC VALUE UNIT` lines on stdout, progress on stderr.
@@ -190,6 +193,30 @@ static long count_fds(void)
     return n;
 }
 
+/* Open sockets of the server (readlink of each descriptor: slower than
+ * count_fds, used only while few are open). A runtime may open descriptors
+ * of its own on its first connections (the JVM's pollers), which the
+ * warm-up wait must not take for connections still open. */
+static long count_sockets(void)
+{
+    char path[64], ln[64];
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)server);
+    DIR *d = opendir(path);
+    if (!d)
+        fail("cannot open %s: %s", path, strerror(errno));
+    long n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        ssize_t k = readlinkat(dirfd(d), e->d_name, ln, sizeof ln - 1);
+        if (k > 7 && !memcmp(ln, "socket:", 7))
+            n++;
+    }
+    closedir(d);
+    return n;
+}
+
 /* Source address of connection i: 127.X.Y.Z with X from 1, Y and Z in
  * [1, 254] (no .0 or .255 octets, so no address looks like a network or
  * broadcast one). The warm-up connections use 127.250.Y.Z. */
@@ -267,10 +294,108 @@ static void metric(const char *m, double v, const char *unit)
     fflush(stdout);
 }
 
+/* Asks the server for its figures (SIGUSR1) and reads its `stats k=v ...`
+ * line; prints it on stderr, and as `server_K` metrics if `print`. Returns
+ * the value of `hibernated` (-1 if absent). */
+static long server_stats(int print)
+{
+    char line[1024];
+    kill(server, SIGUSR1);
+    char *s = NULL;
+    double end = now_s() + 10.0;
+    while (now_s() < end && (s = server_line(line, sizeof line, end - now_s())) && strncmp(s, "stats ", 6))
+        ;
+    if (!s)
+        fail("no `stats ...` line from the server within 10 s of SIGUSR1");
+    fprintf(stderr, "idle_client %s: server %s\n", name, s);
+    long hibernated = -1;
+    for (char *tok = strtok(s + 6, " "); tok; tok = strtok(NULL, " ")) {
+        char *eq = strchr(tok, '=');
+        if (!eq)
+            continue;
+        *eq = 0;
+        double v = atof(eq + 1);
+        if (print) {
+            char mname[96];
+            snprintf(mname, sizeof mname, "server_%s", tok);
+            metric(mname, v, "count");
+        }
+        if (!strcmp(tok, "hibernated"))
+            hibernated = (long)v;
+    }
+    return hibernated;
+}
+
+static unsigned char *state; /* per connection: 0 waiting, 1 answered, 2 closed, 3 wrong */
+
+/* Round `round` of answers: one byte written on every connection, then every
+ * echo read back and checked. Returns the seconds from the first write to
+ * the last answer (*half: to half of them; *sent: to the last write); fails
+ * the run, naming the first connections that did not answer, unless every
+ * one did within `tmo` seconds. The connections are registered in `ep`
+ * (level-triggered: an answered socket is empty and stays quiet). */
+static double answer_round(int ep, const int *fds, long conns, int round, int tmo, double *half, double *sent)
+{
+    static struct epoll_event evs[1024];
+    long answered = 0, bad = 0;
+    memset(state, 0, (size_t)conns);
+    *half = -1;
+    double t0 = now_s();
+    for (long c = 0; c < conns; c++) {
+        unsigned char b = byte_of(c + round);
+        if (write(fds[c], &b, 1) != 1)
+            fail("round %d: write on connection %ld from %s: %s", round + 1, c, addr_str(c, 0),
+                 strerror(errno));
+    }
+    *sent = now_s() - t0;
+    double end = t0 + tmo;
+    while (answered + bad < conns) {
+        int left = (int)((end - now_s()) * 1000);
+        if (left <= 0)
+            break;
+        int n = epoll_wait(ep, evs, 1024, left < 250 ? left : 250);
+        if (n < 0 && errno != EINTR)
+            fail("epoll_wait: %s", strerror(errno));
+        check_alive();
+        for (int k = 0; k < n; k++) {
+            long c = (long)evs[k].data.u64;
+            if (state[c])
+                continue; /* a closed or wrong one already counted: its hang-up stays reported */
+            unsigned char buf[16];
+            ssize_t r = read(fds[c], buf, sizeof buf);
+            if (r < 0 && errno == EAGAIN)
+                continue;
+            state[c] = r == 1 && buf[0] == byte_of(c + round) ? 1 : r == 0 ? 2 : 3;
+            if (state[c] == 1) {
+                if (++answered == (conns + 1) / 2)
+                    *half = now_s() - t0;
+            } else {
+                epoll_ctl(ep, EPOLL_CTL_DEL, fds[c], NULL);
+                bad++;
+            }
+        }
+    }
+    double t_all = now_s() - t0;
+    if (answered < conns) {
+        long shown = 0, silent = conns - answered - bad;
+        fprintf(stderr, "idle_client %s: round %d: %ld of %ld connections answered within %d s: %ld closed or "
+                        "answered wrongly, %ld silent\n", name, round + 1, answered, conns, tmo, bad, silent);
+        for (long c = 0; c < conns && shown < 10; c++)
+            if (state[c] != 1) {
+                fprintf(stderr, "  connection %ld from %s: %s\n", c, addr_str(c, 0),
+                        state[c] == 0 ? "no answer" : state[c] == 2 ? "closed by the server" : "wrong answer");
+                shown++;
+            }
+        metric("answered", (double)answered, "count");
+        fail("not every connection answered");
+    }
+    return t_all;
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: idle_client [--conns N] [--idle SEC] [--warmup N] [--timeout SEC] "
-                    "[--limit SEC] [--name NAME] [--stats] [--min-hibernated N] -- SERVER [ARGS...]\n");
+                    "[--limit SEC] [--rounds N] [--name NAME] [--stats] [--min-hibernated N] -- SERVER [ARGS...]\n");
     exit(2);
 }
 
@@ -278,7 +403,7 @@ int main(int argc, char **argv)
 {
     long conns = 18000, warmup = 100, min_hib = -1;
     double idle = 4.0;
-    int tmo = 60, limit = 300, stats = 0;
+    int tmo = 60, limit = 300, stats = 0, rounds = 1;
     int i;
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -302,13 +427,15 @@ int main(int argc, char **argv)
             name = argv[++i];
         else if (!strcmp(a, "--stats"))
             stats = 1;
+        else if (!strcmp(a, "--rounds"))
+            rounds = atoi(argv[++i]);
         else if (!strcmp(a, "--min-hibernated"))
             min_hib = atol(argv[++i]);
         else
             usage();
     }
     if (i >= argc || conns < 1 || conns > 250L * 254 * 254 || warmup < 0 || warmup > 254L * 254 ||
-        idle < 0 || tmo < 1 || limit < 1)
+        idle < 0 || tmo < 1 || limit < 1 || rounds < 1)
         usage();
     if (min_hib >= 0 && !stats)
         stats = 1;
@@ -371,7 +498,7 @@ int main(int argc, char **argv)
             now_s() - t_start);
 
     /* 2. Warm-up. */
-    long fd0 = count_fds();
+    long fd0 = count_sockets();
     for (long w = 0; w < warmup; w++) {
         int fd = open_conn(w, 1, port, tmo);
         unsigned char b = byte_of(w), r = 0;
@@ -384,11 +511,11 @@ int main(int argc, char **argv)
         close(fd);
     }
     double end = now_s() + tmo;
-    while (count_fds() > fd0) {
+    while (count_sockets() > fd0) {
         check_alive();
         if (now_s() > end)
-            fail("the server still holds %ld descriptors of the warm-up %d s after they closed",
-                 count_fds() - fd0, tmo);
+            fail("the server still holds %ld sockets of the warm-up %d s after they closed",
+                 count_sockets() - fd0, tmo);
         nap_ms(20);
     }
     nap_ms(500);
@@ -440,35 +567,14 @@ int main(int argc, char **argv)
     long held_idle = count_fds() - base;
 
     /* 6. The server's own figures. */
-    long hibernated = -1;
-    if (stats) {
-        kill(server, SIGUSR1);
-        char *s = NULL;
-        double send = now_s() + 10.0;
-        while (now_s() < send && (s = server_line(line, sizeof line, send - now_s())) && strncmp(s, "stats ", 6))
-            ;
-        if (!s)
-            fail("no `stats ...` line from the server within 10 s of SIGUSR1");
-        fprintf(stderr, "idle_client %s: server %s\n", name, s);
-        for (char *tok = strtok(s + 6, " "); tok; tok = strtok(NULL, " ")) {
-            char *eq = strchr(tok, '=');
-            if (!eq)
-                continue;
-            *eq = 0;
-            double v = atof(eq + 1);
-            char mname[96];
-            snprintf(mname, sizeof mname, "server_%s", tok);
-            metric(mname, v, "count");
-            if (!strcmp(tok, "hibernated"))
-                hibernated = (long)v;
-        }
-    }
+    long hibernated = stats ? server_stats(1) : -1;
 
-    /* 7. Every connection answers once. */
+    /* 7. Every connection answers once (and again after another idle
+     * spell, --rounds times in all). */
     int ep = epoll_create1(EPOLL_CLOEXEC);
     if (ep < 0)
         fail("epoll_create1: %s", strerror(errno));
-    unsigned char *state = calloc((size_t)conns, 1); /* 0 waiting, 1 answered, 2 closed, 3 wrong */
+    state = calloc((size_t)conns, 1);
     if (!state)
         fail("out of memory");
     for (long c = 0; c < conns; c++) {
@@ -477,54 +583,16 @@ int main(int argc, char **argv)
         if (epoll_ctl(ep, EPOLL_CTL_ADD, fds[c], &ev) < 0)
             fail("epoll_ctl: %s", strerror(errno));
     }
-    struct epoll_event evs[1024];
-    long answered = 0, bad = 0;
-    double t_half = -1, t_sent;
-    t0 = now_s();
-    for (long c = 0; c < conns; c++) {
-        unsigned char b = byte_of(c);
-        if (write(fds[c], &b, 1) != 1)
-            fail("write on connection %ld from %s: %s", c, addr_str(c, 0), strerror(errno));
-    }
-    t_sent = now_s() - t0;
-    end = t0 + tmo;
-    while (answered + bad < conns) {
-        int left = (int)((end - now_s()) * 1000);
-        if (left <= 0)
-            break;
-        int n = epoll_wait(ep, evs, 1024, left < 250 ? left : 250);
-        if (n < 0 && errno != EINTR)
-            fail("epoll_wait: %s", strerror(errno));
+    double t_half, t_sent, t_all = answer_round(ep, fds, conns, 0, tmo, &t_half, &t_sent), t_last = t_all;
+    for (int r = 1; r < rounds; r++) {
+        nap_ms((long)(idle * 1000));
         check_alive();
-        for (int k = 0; k < n; k++) {
-            long c = (long)evs[k].data.u64;
-            unsigned char buf[16];
-            ssize_t r = read(fds[c], buf, sizeof buf);
-            if (r < 0 && errno == EAGAIN)
-                continue;
-            state[c] = r == 1 && buf[0] == byte_of(c) ? 1 : r == 0 ? 2 : 3;
-            epoll_ctl(ep, EPOLL_CTL_DEL, fds[c], NULL);
-            if (state[c] == 1) {
-                if (++answered == (conns + 1) / 2)
-                    t_half = now_s() - t0;
-            } else {
-                bad++;
-            }
-        }
-    }
-    double t_all = now_s() - t0;
-    if (answered < conns) {
-        long shown = 0, silent = conns - answered - bad;
-        fprintf(stderr, "idle_client %s: %ld of %ld connections answered within %d s: %ld closed or answered "
-                        "wrongly, %ld silent\n", name, answered, conns, tmo, bad, silent);
-        for (long c = 0; c < conns && shown < 10; c++)
-            if (state[c] != 1) {
-                fprintf(stderr, "  connection %ld from %s: %s\n", c, addr_str(c, 0),
-                        state[c] == 0 ? "no answer" : state[c] == 2 ? "closed by the server" : "wrong answer");
-                shown++;
-            }
-        metric("answered", (double)answered, "count");
-        fail("not every connection answered");
+        double h, sn;
+        if (stats)
+            server_stats(0);
+        t_last = answer_round(ep, fds, conns, r, tmo, &h, &sn);
+        fprintf(stderr, "idle_client %s: round %d: every connection answered in %.1f ms\n", name, r + 1,
+                t_last * 1e3);
     }
 
     /* 8. After. */
@@ -546,7 +614,10 @@ int main(int argc, char **argv)
     metric("answer_all_ms", t_all * 1e3, "ms");
     metric("bytes_per_conn_after",
            ((double)(m2.rss_kib + m2.pte_kib) - (double)(m0.rss_kib + m0.pte_kib)) * 1024.0 / (double)conns, "B");
-    metric("answered", (double)answered, "count");
+    if (rounds > 1)
+        metric("answer_all_ms_last", t_last * 1e3, "ms");
+    metric("rounds", rounds, "count");
+    metric("answered", (double)conns, "count");
     metric("sigkill_needed", killed, "count");
     if (min_hib >= 0 && hibernated < min_hib) {
         fprintf(stderr, "idle_client %s: the server reported %ld hibernated stacks, fewer than %ld\n", name,
