@@ -97,7 +97,7 @@ bench-hooks: build
 	python3 bench/hooks/hooks.py --build-dir build/release
 
 # The idle-connections scenario (bench/README.md, "Idle connections"): 18,000
-# connections per peer, 3 rounds, bench/results/idle.{json,md}; about 8 minutes.
+# connections per peer, 3 rounds, bench/results/idle.{json,md}; 6-9 minutes.
 bench-idle: build
 	python3 bench/idle/idle.py --build-dir build/release
 

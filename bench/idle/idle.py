@@ -22,7 +22,7 @@ Peers are interleaved: every peer once per round, --runs rounds.
 
 Writes bench/results/idle.{json,md} (--quick: idle-quick.*).
 
-    python3 bench/idle/idle.py                       # 3 rounds of 18,000 connections, ~8 minutes
+    python3 bench/idle/idle.py                       # 3 rounds of 18,000 connections, 6-9 minutes
     python3 bench/idle/idle.py --quick               # 1 round of 2,000
     python3 bench/idle/idle.py --runtimes fern_hib,go --runs 5
     python3 bench/idle/idle.py --md-only             # re-render idle.md from idle.json
