@@ -321,23 +321,21 @@ int fern_spawn(fern_thread **out, const fern_attr *attr, fern_fn fn, void *arg)
     STORE_RELAXED(&t->sp, NULL);
     STORE_RELAXED(&t->stack, NULL);
     t->fn = fn;
-    t->arg = arg;
-    t->result = NULL;
+    t->arg = arg; /* result shares its word: set when the thread returns */
     STORE_RELAXED(&t->cluster, c);
     t->link = NULL;
     t->saved_errno = 0;
     t->slice_carry = 0;
     t->tlock = 0;
-    /* life, and hibernation's two bytes (H_NONE, the opt-out), at once. */
-    STORE_RELAXED(&t->lifeword, (detached ? L_DETACHED : 0u) |
-                                    (attr && attr->no_hibernate ? (uint32_t)HN_OPTOUT << 24 : 0u));
-    STORE_RELAXED(&t->run_state, T_NEW);
-    STORE_RELAXED(&t->stack_cls, (uint8_t)cls);
-    t->rescued = 0;
+    /* At once: life, not rescued, no cancel request (cpark's state is
+     * W_WOKEN or W_TIMEDOUT/W_CANCELED: not waiting), hibernation's two
+     * bytes (H_NONE, the opt-out), T_NEW and the stack class. */
+    STORE_RELAXED(&t->lifeword, LW_LIFE(detached ? L_DETACHED : 0u) |
+                                    LW_HIB_NO(attr && attr->no_hibernate ? HN_OPTOUT : 0u) |
+                                    LW_STACK_CLS((uint8_t)cls));
     STORE_RELAXED(&t->wait_what, NULL);
     t->joiner = NULL;
     t->cshield = 0;
-    t->creq = 0; /* cpark's state is W_WOKEN or W_TIMEDOUT/W_CANCELED: not waiting */
     t->keys = NULL;
     t->rdheld = NULL;
     STORE_RELAXED(&t->id, next_id(w)); /* read by the deadlock watch (watch/deadlock.c) */
@@ -451,7 +449,7 @@ int fern_join_body(fern_thread *t, void **ret)
              * and does not touch wt after it. t stays joinable. */
             spin_lock(&t->tlock);
             t->joiner = NULL;
-            t->life &= ~(uint32_t)L_JOINING;
+            t->life &= (uint8_t)~L_JOINING;
             spin_unlock(&t->tlock);
             return ECANCELED;
         }
