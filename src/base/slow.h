@@ -4,9 +4,11 @@
  * path tests them all with one compare and a branch (SLOW below) and takes
  * the out-of-line path that serves them only when one is on: the tracer
  * (a session records: debug/trace.c) and stack hibernation (threads may be
- * hibernated: sched/hibernate.c). Each half is written by its own feature
- * only, with an atomic store of the half; readers of one feature read its
- * half (trace_on is `trace`, base/trace.h). Defined in sched/ready.c.
+ * hibernated: sched/hibernate.c); and the spawn and exit paths test the
+ * tracer's switch and stack starvation (stack/stack.c) at once. Each part
+ * is written by its own feature only, with an atomic store of the part;
+ * readers of one feature read its part (trace_on is `trace`, base/trace.h;
+ * stack_starved is `starved`, stack/stack.h). Defined in sched/ready.c.
  */
 #ifndef FERN_BASE_SLOW_H
 #define FERN_BASE_SLOW_H
@@ -17,12 +19,15 @@ union fern_slow {
     uint64_t any;
     struct {
         uint32_t trace; /* nonzero while a trace session records */
-        uint32_t hib;   /* nonzero from the start of a runtime whose threads
+        uint16_t hib;   /* nonzero from the start of a runtime whose threads
                          * may hibernate (hib_init) to its end (hib_fini):
                          * while it is, every wake-up passes the gate of
                          * hibernation's handshake (hib_gate_hit). It stays
                          * set when hibernation stops mid-run: threads
                          * hibernated before still need the gate. */
+        uint16_t starved; /* threads wait for a stack (stack_starved,
+                           * stack/stack.h): spawn fails with EAGAIN and an
+                           * exit gives its stack back to the pool */
     };
 };
 extern union fern_slow fern_slow __attribute__((visibility("hidden")));
@@ -45,11 +50,12 @@ extern union fern_slow fern_slow __attribute__((visibility("hidden")));
     slow_off_:;                                     \
     } while (0)
 #else
-/* Half by half, as the features store them (TSan checks sizes). */
-#define SLOW(call)                                                                   \
-    do {                                                                             \
-        if (unlikely(LOAD_RELAXED(&fern_slow.trace) | LOAD_RELAXED(&fern_slow.hib))) \
-            call;                                                                    \
+/* Part by part, as the features store them (TSan checks sizes). */
+#define SLOW(call)                                                                  \
+    do {                                                                            \
+        if (unlikely(LOAD_RELAXED(&fern_slow.trace) | LOAD_RELAXED(&fern_slow.hib) | \
+                     LOAD_RELAXED(&fern_slow.starved)))                             \
+            call;                                                                   \
     } while (0)
 #endif
 

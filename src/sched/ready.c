@@ -78,7 +78,8 @@ static __attribute__((noinline)) void ready_hib(fern_thread *t)
         ready_now(worker_self(), t);
 }
 
-/* sched_ready while a trace records or threads may hibernate (fern_slow):
+/* sched_ready while a trace records, threads may hibernate or threads wait
+ * for a stack (fern_slow; the last needs nothing here):
  * the event, then the gate (run_state = T_RUNNABLE, then is the monitor
  * hibernating t?), then the same body. Apart, so that both cost sched_ready
  * one test and a tail jump, not a stack frame. */
@@ -171,9 +172,11 @@ static __attribute__((noinline)) void spawned_traced(struct worker *w, fern_thre
 void sched_spawned(fern_thread *t)
 {
     struct worker *w = worker_self();
-    TRACE({ /* apart: as ready_traced */
+    TRACE({ /* apart: as ready_slow */
         spawned_traced(w, t);
         return;
     });
     spawned(w, t);
 }
+
+void sched_spawned_plain(fern_thread *t) { spawned(worker_self(), t); }

@@ -286,7 +286,12 @@ static void name_copy(fern_thread *t, const char *name)
     STORE_RELAXED(&t->name[i], 0);
 }
 
-int fern_spawn(fern_thread **out, const fern_attr *attr, fern_fn fn, void *arg)
+/* fern_spawn's body, inlined three times: for attr NULL (the common spawn:
+ * no test of attr's fields), for an attr, and with `slow` while fern_slow is
+ * set (base/slow.h: stack starvation and the tracer's spawn event share
+ * that one test, which the other two do not repeat). */
+static inline __attribute__((always_inline)) int spawn_as(fern_thread **out, const fern_attr *attr,
+                                                         fern_fn fn, void *arg, bool slow)
 {
     bool detached = attr && attr->detached;
     if (!fn || (!out && !detached))
@@ -305,7 +310,7 @@ int fern_spawn(fern_thread **out, const fern_attr *attr, fern_fn fn, void *arg)
         c = (w && w->cur != &w->g0) ? w->cur->cluster : rt.dflt;
     if (!c || LOAD(&c->stopping))
         return EINVAL;
-    if (unlikely(LOAD_RELAXED(&stack_starved)))
+    if (slow && LOAD_RELAXED(&stack_starved))
         return EAGAIN;
 #ifdef FERN_TSAN
     if (!tsan_fiber_take())
@@ -351,8 +356,25 @@ int fern_spawn(fern_thread **out, const fern_attr *attr, fern_fn fn, void *arg)
     PROBE2(spawn, t->id, t->name);
     if (out)
         *out = t;
-    sched_spawned(t);
+    if (slow)
+        sched_spawned(t);
+    else
+        sched_spawned_plain(t);
     return 0;
+}
+
+static __attribute__((noinline)) int spawn_slow(fern_thread **out, const fern_attr *attr,
+                                                fern_fn fn, void *arg)
+{
+    return spawn_as(out, attr, fn, arg, true);
+}
+
+int fern_spawn(fern_thread **out, const fern_attr *attr, fern_fn fn, void *arg)
+{
+    SLOW(return spawn_slow(out, attr, fn, arg));
+    if (!attr)
+        return spawn_as(out, NULL, fn, arg, false);
+    return spawn_as(out, attr, fn, arg, false);
 }
 
 int fern_go(fern_fn fn, void *arg)
@@ -374,8 +396,9 @@ static void after_exit(struct worker *w, fern_thread *prev, void *arg)
     COUNT(&w->n_exited, 1);
     COUNT(&w->live_delta, -1);
     spin_lock(&prev->tlock);
-    prev->life |= L_EXITED;
-    bool detached = prev->life & L_DETACHED;
+    uint8_t life = prev->life;
+    prev->life = life | L_EXITED;
+    bool detached = life & L_DETACHED;
     struct waiter *j = prev->joiner;
     /* Claimed under tlock: a joiner that was cancelled instead leaves
      * under tlock (fern_join_body), and its waiter is gone after that. */
