@@ -26,6 +26,7 @@
 #define FERN_BASE_TRACE_H
 
 #include "base/base.h"
+#include "base/slow.h"
 
 /* Event types (the top byte of trace_ev.w0). a, b, c as listed. */
 enum trace_type {
@@ -74,8 +75,9 @@ struct trace_buf {
 };
 
 /* Nonzero while a session records (trace.c). Read relaxed at every event
- * point: TRACE() below costs a load and a branch when tracing is off. */
-extern uint32_t trace_on __attribute__((visibility("hidden")));
+ * point: TRACE() below costs a load and a branch when tracing is off. Half
+ * of fern_slow (base/slow.h), which the wake path tests instead. */
+#define trace_on (fern_slow.trace)
 /* The session's clock: the cycle counter when arch_cycles() has a constant
  * rate here (trace.c decides at start), else fern_now_ns; `trace_t0` is its
  * value when the session began. */

@@ -62,7 +62,6 @@
 #define OUT_CAP ((size_t)1 << 16)  /* the writer's output block: stays in cache */
 #define RING_OUT_CAP ((size_t)1 << 16)
 
-uint32_t trace_on;
 uint8_t trace_tsc;
 uint64_t trace_t0;
 uint32_t trace_session;

@@ -27,51 +27,25 @@ enum tlife {             /* lifecycle flags, under tlock */
 };
 enum { A_FREE = 0, A_LIVE = 1 };
 
-/* 192 bytes in a release build, on a 64-byte boundary: three cache lines of
- * its own (a descriptor spawned on one worker often runs and exits on
- * another; two descriptors sharing a line made every such thread pull its
- * neighbour's line across cores too). */
+/* 256 bytes in a release build (the sanitizers' fields make it more), on a
+ * 64-byte boundary: four cache lines of its own (a descriptor spawned on
+ * one worker often runs and exits on another; two descriptors sharing a
+ * line made every such thread pull its neighbour's line across cores too).
+ * Fields are grouped by the paths that touch them: the first line is the
+ * switch's and the wake-up's, the second a thread's start, exit and join
+ * and its waits' notes, the rest its cancellable waits' parker and what
+ * only slow paths read. */
 struct fern_thread {
-    /* The first cache line holds what a switch and a queue touch, so a
-     * thread resumed on another core (a migration, a steal, a wake-up from
-     * elsewhere) costs one descriptor line in, not two. */
+    /* The first cache line holds what a switch, a wake-up and a queue
+     * touch, so a thread resumed on another core (a migration, a steal, a
+     * wake-up from elsewhere) costs one descriptor line in, not two. */
     void *sp;                   /* saved stack pointer (NULL: not started) */
     struct stack *stack;
     struct fern_cluster *cluster;
     fern_thread *link;          /* inbox / free list link */
-    int saved_errno;
-    uint32_t tlock;
-    /* Spawn sets these four bytes with one store (lifeword). hib is read by
-     * every wake-up (hib_gate), so it sits in this line beside run_state. */
-    union {
-        uint32_t lifeword;
-        struct {
-            uint16_t life;
-            uint8_t hib;        /* hibernation state, H_* (sched/hibernate.h) */
-            uint8_t hib_no;     /* why it must not hibernate, HN_* bits */
-        };
-    };
-    uint8_t alloc;              /* A_FREE / A_LIVE */
-    uint8_t run_state;          /* enum tstate, relaxed, for fern_dump */
-    uint8_t stack_cls;
-    uint8_t rescued;            /* taken from a worker asleep in the kernel: not
-                                 * preempted until it next leaves the CPU
-                                 * (rescue_worker, watch/preempt.c) */
     uintptr_t eh[2];            /* the C++ runtime's caught-exception state */
-    fern_fn fn;
-    void *arg;
-    void *result;
-    int64_t slice_carry;        /* watch/preempt.c: CPU time of its slice it had used
-                                 * when a woken thread preempted it (its slice
-                                 * goes on when it resumes), 0 otherwise */
-    uint64_t rescued_sw;        /* the worker's n_switches while it so runs */
-    const char *wait_what;      /* what it is parked on, for fern_dump */
-    const void *wait_obj;
-    struct waiter *joiner;
-    struct keyval *keys;
-    struct rdheld *rdheld;      /* read locks held (fern_rwlock), lazily allocated */
-    uint64_t id;
-    char name[32];
+    int saved_errno;
+    uint8_t alloc;              /* A_FREE / A_LIVE */
     uint8_t wait_timed;         /* the park has a deadline (watch/deadlock.c) */
     union {
         struct {
@@ -85,11 +59,44 @@ struct fern_thread {
         uint16_t cslow;         /* either: a wait starts out of line (one
                                  * test on the fast path for both) */
     };
+    /* Spawn sets these eight bytes with one store (lifeword). */
+    union {
+        uint64_t lifeword;
+        struct {
+            uint8_t life;       /* enum tlife, under tlock */
+            uint8_t rescued;    /* taken from a worker asleep in the kernel: not
+                                 * preempted until it next leaves the CPU
+                                 * (rescue_worker, watch/preempt.c) */
+            uint8_t creq;       /* fern_cancel was called: sticky (sync/wait.h) */
+            uint8_t spare_;
+            uint8_t hib;        /* hibernation state, H_* (sched/hibernate.h) */
+            uint8_t hib_no;     /* why it must not hibernate, HN_* bits */
+            uint8_t run_state;  /* enum tstate, relaxed, for fern_dump */
+            uint8_t stack_cls;
+        };
+    };
+    /* Start, exit, join; what a park notes. */
+    fern_fn fn;
+    union {
+        void *arg;              /* until it starts (thread_entry reads it) */
+        void *result;           /* once it has returned */
+    };
+    struct waiter *joiner;
+    const char *wait_what;      /* what it is parked on, for fern_dump */
+    const void *wait_obj;
+    uint64_t id;
+    uint32_t tlock;
     uint32_t trace_flow;        /* debug/trace.c: the flow its waker (or spawner)
                                  * started, ended by its next run; 0 none */
-    uint32_t creq;              /* fern_cancel was called: sticky (sync/wait.h) */
+    int64_t slice_carry;        /* watch/preempt.c: CPU time of its slice it had used
+                                 * when a woken thread preempted it (its slice
+                                 * goes on when it resumes), 0 otherwise */
     struct parker cpark;        /* the parker of its cancellable waits
                                  * (sync/wait.h, thread/cancel.c) */
+    uint64_t rescued_sw;        /* the worker's n_switches while it so runs */
+    struct keyval *keys;
+    struct rdheld *rdheld;      /* read locks held (fern_rwlock), lazily allocated */
+    char name[32];
 #ifdef FERN_ASAN
     void *asan_fake;
 #endif
@@ -100,6 +107,18 @@ struct fern_thread {
 #endif
 } __attribute__((aligned(64)));
 _Static_assert(offsetof(struct fern_thread, fn) == 64, "a switch's fields fill the first line");
+_Static_assert(offsetof(struct fern_thread, cpark) == 128, "start, exit and join fill the second");
+#if !defined(FERN_ASAN) && !defined(FERN_TSAN)
+_Static_assert(sizeof(struct fern_thread) == 256, "four cache lines");
+#endif
+/* spawn's lifeword store (thread/thread.c), little-endian. */
+#define LW_LIFE(v) ((uint64_t)(v))
+#define LW_HIB_NO(v) ((uint64_t)(v) << 40)
+#define LW_STACK_CLS(v) ((uint64_t)(v) << 56)
+_Static_assert(offsetof(struct fern_thread, hib_no) == offsetof(struct fern_thread, lifeword) + 5 &&
+                   offsetof(struct fern_thread, stack_cls) ==
+                       offsetof(struct fern_thread, lifeword) + 7,
+               "LW_* match the lifeword's bytes");
 
 /* Descriptors are allocated in chunks that live until shutdown; the list
  * of chunks (rt.chunks) is the registry of all threads (see debug/debugmap.c). */

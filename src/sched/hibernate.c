@@ -9,7 +9,9 @@
  * needs no test: it lands in hib_resume, which copies the stack back to the
  * same addresses (every pointer into it stays valid) and resumes the real
  * frame. Nothing here is on the switch path, and a wake-up of a thread that
- * is not being hibernated pays one load and branch (hib_gate).
+ * is not being hibernated pays one load and branch (hib_gate); with
+ * hibernation off, not even that: the gate sits on the wake path's out-of-
+ * line side, which fern_slow.hib (base/slow.h) sends it to from hib_init on.
  *
  * Who hibernates: the monitor (watch/monitor.c), in batches, never a worker.
  * A batch of up to HIB_BATCH threads costs one membarrier, one mprotect
@@ -244,11 +246,13 @@ void hib_init(void)
     H.scanning = H.pending = false;
     H.n = 0;
     hib_on = true;
+    STORE(&fern_slow.hib, 1); /* every wake-up passes the gate from now on */
 }
 
 void hib_fini(void)
 {
     hib_on = false;
+    STORE(&fern_slow.hib, 0);
     if (H.mem_fd >= 0)
         mem_close(H.mem_fd);
     H.mem_fd = -1;

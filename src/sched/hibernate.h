@@ -18,9 +18,9 @@
 #include "sched/desc.h"
 
 _Static_assert(offsetof(struct fern_thread, hib) < 64, "hib shares the wake-up's cache line");
-_Static_assert(offsetof(struct fern_thread, hib) == offsetof(struct fern_thread, lifeword) + 2 &&
-                   offsetof(struct fern_thread, hib_no) == offsetof(struct fern_thread, lifeword) + 3,
-               "spawn's lifeword store clears hib and sets hib_no (little-endian)");
+_Static_assert(offsetof(struct fern_thread, hib) > offsetof(struct fern_thread, lifeword) &&
+                   offsetof(struct fern_thread, hib) < offsetof(struct fern_thread, lifeword) + 8,
+               "spawn's lifeword store clears hib and sets hib_no (desc.h: LW_HIB_NO)");
 
 /* fern_thread.hib. The monitor moves a T_PARKED thread NONE -> SEEN at one
  * scan and SEEN -> BUSY at a later one (at once with a delay of 0); a wake

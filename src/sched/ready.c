@@ -68,6 +68,8 @@ static inline __attribute__((always_inline)) void ready_now(struct worker *w, fe
     inbox_push_wake(t->cluster, t);
 }
 
+union fern_slow fern_slow;
+
 /* hib_gate saw hibernation's state set: out of line, so that sched_ready
  * reaches it with a jump and keeps no frame of its own. */
 static __attribute__((noinline)) void ready_hib(fern_thread *t)
@@ -76,12 +78,15 @@ static __attribute__((noinline)) void ready_hib(fern_thread *t)
         ready_now(worker_self(), t);
 }
 
-/* sched_ready while a trace records: the event, then the same body. Apart,
- * so that the event point costs sched_ready a test and a tail jump, not a
- * stack frame. */
-static __attribute__((noinline)) void ready_traced(struct worker *w, fern_thread *t)
+/* sched_ready while a trace records, threads may hibernate or threads wait
+ * for a stack (fern_slow; the last needs nothing here):
+ * the event, then the gate (run_state = T_RUNNABLE, then is the monitor
+ * hibernating t?), then the same body. Apart, so that both cost sched_ready
+ * one test and a tail jump, not a stack frame. */
+static __attribute__((noinline)) void ready_slow(struct worker *w, fern_thread *t)
 {
-    trace_wake(w, t, false);
+    if (LOAD_RELAXED(&trace_on))
+        trace_wake(w, t, false);
     if (unlikely(hib_gate_hit(t))) {
         ready_hib(t);
         return;
@@ -93,15 +98,12 @@ void sched_ready(fern_thread *t)
 {
     struct worker *w = worker_self();
     PROBE1(wake, t->id);
-    TRACE({
-        ready_traced(w, t);
+    SLOW({
+        ready_slow(w, t);
         return;
     });
-    /* run_state = T_RUNNABLE, then: is the monitor hibernating t? */
-    if (unlikely(hib_gate_hit(t))) {
-        ready_hib(t);
-        return;
-    }
+    /* No thread hibernates in this runtime: no gate (base/slow.h). */
+    STORE_RELAXED(&t->run_state, T_RUNNABLE);
     ready_now(w, t);
 }
 
@@ -123,9 +125,10 @@ static void ready_last(struct worker *w, fern_thread *t)
 /* t is runnable again, after the threads already queued here (not in the
  * hand-off slot): for a joiner woken by an exit, which would otherwise run
  * next only to wait for the following thread. */
-static __attribute__((noinline)) void ready_tail_traced(fern_thread *t)
+static __attribute__((noinline)) void ready_tail_slow(fern_thread *t)
 {
-    trace_wake(worker_self(), t, true);
+    if (LOAD_RELAXED(&trace_on))
+        trace_wake(worker_self(), t, true);
     if (unlikely(hib_gate_hit(t)) && hib_wake_slow(t))
         return;
     ready_last(worker_self(), t);
@@ -134,12 +137,11 @@ static __attribute__((noinline)) void ready_tail_traced(fern_thread *t)
 void sched_ready_tail(fern_thread *t)
 {
     PROBE1(wake, t->id);
-    TRACE({ /* apart: as ready_traced */
-        ready_tail_traced(t);
+    SLOW({ /* apart: as ready_slow */
+        ready_tail_slow(t);
         return;
     });
-    if (unlikely(hib_gate_hit(t)) && hib_wake_slow(t))
-        return;
+    STORE_RELAXED(&t->run_state, T_RUNNABLE);
     ready_last(worker_self(), t);
 }
 
@@ -170,9 +172,11 @@ static __attribute__((noinline)) void spawned_traced(struct worker *w, fern_thre
 void sched_spawned(fern_thread *t)
 {
     struct worker *w = worker_self();
-    TRACE({ /* apart: as ready_traced */
+    TRACE({ /* apart: as ready_slow */
         spawned_traced(w, t);
         return;
     });
     spawned(w, t);
 }
+
+void sched_spawned_plain(fern_thread *t) { spawned(worker_self(), t); }

@@ -216,8 +216,11 @@ void sched_yield_green(struct worker *w);
  * `front` (its slice is not over). */
 void sched_pin(struct worker *w, fern_thread *t, bool front);
 void sched_exit(after_fn fn, void *arg) __attribute__((noreturn));
-/* A new thread t is runnable: count it and queue it (thread/ spawn). */
+/* A new thread t is runnable: count it and queue it (thread/ spawn), with
+ * the tracer's spawn event; sched_spawned_plain without it, for a caller
+ * that found fern_slow clear (base/slow.h: no trace records). */
 void sched_spawned(fern_thread *t);
+void sched_spawned_plain(fern_thread *t);
 /* Run the pending post-switch action (a fresh thread's first act). */
 void sched_after_switch(void);
 void sched_stats(struct fern_stats *s);

@@ -159,10 +159,8 @@ void sched_park(after_fn fn, void *arg) { park(fn, arg, false); }
  * nothing else owns that stack, and the action touches only the descriptor
  * (which it may free, or hand to a joiner), never the stack. Then the new
  * thread starts on a fresh frame at the top, abandoning the old frames. */
-static void sched_relay(struct worker *w, fern_thread *cur, fern_thread *next, after_fn fn,
-                        void *arg) __attribute__((noreturn));
-static void sched_relay(struct worker *w, fern_thread *cur, fern_thread *next, after_fn fn,
-                        void *arg)
+static inline __attribute__((always_inline, noreturn)) void
+relay(struct worker *w, fern_thread *cur, fern_thread *next, after_fn fn, void *arg, bool slow)
 {
     struct stack *s = cur->stack;
     canary_check(cur, s);
@@ -175,7 +173,8 @@ static void sched_relay(struct worker *w, fern_thread *cur, fern_thread *next, a
         w->eh[1] = next->eh[1];
     }
     enter_thread(w, next);
-    TRACE(trace_switch(w, cur, next));
+    if (slow && LOAD_RELAXED(&trace_on))
+        trace_switch(w, cur, next);
     fn(w, cur, arg); /* cur may be freed from here on */
 #ifdef FERN_ASAN
     __sanitizer_start_switch_fiber(NULL, s->lo, s->size);
@@ -183,6 +182,17 @@ static void sched_relay(struct worker *w, fern_thread *cur, fern_thread *next, a
     ASAN_UNPOISON_MEMORY_REGION(s->lo, s->size - sizeof *s);
 #endif
     fern_ctx_start((void *)((uintptr_t)s & ~(uintptr_t)15), next);
+}
+
+/* The relay while fern_slow is set (base/slow.h): while a trace records (the
+ * switch's event) or threads wait for a stack (then no relay: the stack
+ * goes back through the pool, which serves them first). Apart, so that the
+ * common relay tests both at once. */
+static __attribute__((noinline)) void relay_slow(struct worker *w, fern_thread *cur,
+                                                 fern_thread *next, after_fn fn, void *arg)
+{
+    if (!LOAD_RELAXED(&stack_starved))
+        relay(w, cur, next, fn, arg, true);
 }
 
 /* Exit path: never returns. */
@@ -195,11 +205,14 @@ void sched_exit(after_fn fn, void *arg)
     STORE_RELAXED(&cur->run_state, T_EXITING);
     PROBE1(exit, cur->id);
     next = pick_next(w, false, true, false);
-    /* Not while threads wait for a stack (stack_starved): the stack goes
-     * back through the pool, which serves them first. */
-    if (next && !next->sp && cur->stack && next->stack_cls == cur->stack_cls &&
-        !LOAD_RELAXED(&stack_starved))
-        sched_relay(w, cur, next, fn, arg);
+    if (next && !next->sp && cur->stack && next->stack_cls == cur->stack_cls) {
+        SLOW({
+            relay_slow(w, cur, next, fn, arg); /* returns if it did not relay */
+            goto no_relay;
+        });
+        relay(w, cur, next, fn, arg, false);
+    }
+no_relay:
     w->after = fn;
     w->after_prev = cur;
     w->after_arg = arg;

@@ -27,8 +27,6 @@
 #include <sanitizer/asan_interface.h>
 #endif
 
-int stack_starved;
-
 static void pool_give(struct class_pool *p, struct stack *s);
 
 #define TRIM_PROBE_MAX ((size_t)1 << 20)

@@ -13,6 +13,7 @@
 #define FERN_STACK_H
 
 #include "base/base.h"
+#include "base/slow.h"
 #include "base/config.h"
 
 struct worker;
@@ -78,7 +79,9 @@ void stack_stats(struct fern_stats *st);
  * then waits on the starved list and is queued again (inbox_push_wake)
  * once a stack is given back. */
 bool stack_bind(struct worker *w, fern_thread *t);
-extern int stack_starved;
+/* Threads wait for a stack (relaxed hint): a third of base/slow.h's word,
+ * so that the spawn and exit paths test it with the tracer's switch. */
+#define stack_starved (fern_slow.starved)
 /* Hibernation's view of the slabs (sched/hibernate.c). With
  * config.hibernate every slab has an owner table. stack_slot_of: the slot
  * holding addr (*r); false if addr is in no slab with an owner table.

@@ -148,18 +148,14 @@ size_t fern_chan_cap(fern_chan *ch) { return ch ? ch->cap : 0; }
  * instructions. */
 #define WAIT_TRY 1   /* chan_wait's flags: a try operation, */
 #define WAIT_PLAIN 2 /* the channel in plain mode (six arguments: a tail call) */
-static __attribute__((noinline)) int chan_wait(fern_chan *ch, void *elem, fern_waitq *q,
-                                               const char *what, int64_t deadline, int flags)
+/* chan_wait's wait, for the calling thread self (NULL: a plain thread):
+ * inlined twice, so that the green thread's wait tests self once. */
+static inline __attribute__((always_inline)) int chan_wait_as(fern_chan *ch, void *elem,
+                                                             fern_waitq *q, const char *what,
+                                                             int64_t deadline, bool plain,
+                                                             fern_thread *self)
 {
-    bool try_only = flags & WAIT_TRY, plain = flags & WAIT_PLAIN;
-    if (try_only || (deadline != FERN_FOREVER && fern_now_ns() >= deadline)) {
-        struct caller me; /* the operation's, not parked since */
-        caller_get(&me);
-        chan_unlock(ch, plain, &me);
-        return try_only ? EAGAIN : ETIMEDOUT;
-    }
     struct waiter wt;
-    fern_thread *self = thread_current();
     if (unlikely(!waiter_init_cancellable(&wt, self))) {
         struct caller me;
         caller_get(&me);
@@ -185,6 +181,22 @@ static __attribute__((noinline)) int chan_wait(fern_chan *ch, void *elem, fern_w
     waitq_unlink(&wt);
     chan_unlock(ch, plain, &again);
     return st == W_CANCELED ? ECANCELED : ETIMEDOUT;
+}
+
+static __attribute__((noinline)) int chan_wait(fern_chan *ch, void *elem, fern_waitq *q,
+                                               const char *what, int64_t deadline, int flags)
+{
+    bool try_only = flags & WAIT_TRY, plain = flags & WAIT_PLAIN;
+    if (try_only || (deadline != FERN_FOREVER && fern_now_ns() >= deadline)) {
+        struct caller me; /* the operation's, not parked since */
+        caller_get(&me);
+        chan_unlock(ch, plain, &me);
+        return try_only ? EAGAIN : ETIMEDOUT;
+    }
+    fern_thread *self = thread_current();
+    if (likely(self != NULL))
+        return chan_wait_as(ch, elem, q, what, deadline, plain, self);
+    return chan_wait_as(ch, elem, q, what, deadline, plain, NULL);
 }
 
 static inline int chan_wait_dir(fern_chan *ch, void *elem, bool send, int64_t deadline,

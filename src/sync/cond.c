@@ -122,7 +122,9 @@ static inline __attribute__((always_inline)) int cond_wait(fern_cond *c, fern_mu
     /* Ends the operation. */
     int st = waiter_wait_as(&wt, t, pc ? NULL : &c->lock_, deadline_ns);
     wait_note_t(t, NULL, NULL);
-    if (unlikely(st == W_TIMEDOUT || st == W_CANCELED)) {
+    /* W_WOKEN, W_TIMEDOUT or W_CANCELED: one compare for the last two. */
+    _Static_assert(W_TIMEDOUT > W_WOKEN && W_CANCELED > W_WOKEN, "the wait's failures");
+    if (unlikely(st > W_WOKEN)) {
         caller_get(&me);
         pc = bias_enter(&c->bias_, &me);
         qlock(pc, &c->lock_);
@@ -130,7 +132,11 @@ static inline __attribute__((always_inline)) int cond_wait(fern_cond *c, fern_mu
         cond_left(c, &wt);
         qunlock(pc, &c->lock_);
         bias_end(&me);
-    } else if (unlikely(wt.p->result == 1)) {
+        /* Not a cancellation point: a cancelled waiter takes m back first. */
+        mutex_lock(m, FERN_FOREVER, true);
+        return st == W_TIMEDOUT ? ETIMEDOUT : ECANCELED;
+    }
+    if (unlikely(wt.p->result == 1)) {
         /* Moved to m by a broadcast and handed m: we own it. */
         caller_get(&me);
         pm = bias_enter(&m->bias_, &me);
@@ -138,9 +144,8 @@ static inline __attribute__((always_inline)) int cond_wait(fern_cond *c, fern_mu
         bias_end(&me);
         return 0;
     }
-    /* Not a cancellation point: a cancelled waiter takes m back first. */
     mutex_lock(m, FERN_FOREVER, true);
-    return st == W_TIMEDOUT ? ETIMEDOUT : st == W_CANCELED ? ECANCELED : 0;
+    return 0;
 }
 
 static __attribute__((noinline)) int cond_wait_other(fern_cond *c, fern_mutex *m,

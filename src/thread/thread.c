@@ -286,7 +286,12 @@ static void name_copy(fern_thread *t, const char *name)
     STORE_RELAXED(&t->name[i], 0);
 }
 
-int fern_spawn(fern_thread **out, const fern_attr *attr, fern_fn fn, void *arg)
+/* fern_spawn's body, inlined three times: for attr NULL (the common spawn:
+ * no test of attr's fields), for an attr, and with `slow` while fern_slow is
+ * set (base/slow.h: stack starvation and the tracer's spawn event share
+ * that one test, which the other two do not repeat). */
+static inline __attribute__((always_inline)) int spawn_as(fern_thread **out, const fern_attr *attr,
+                                                         fern_fn fn, void *arg, bool slow)
 {
     bool detached = attr && attr->detached;
     if (!fn || (!out && !detached))
@@ -305,7 +310,7 @@ int fern_spawn(fern_thread **out, const fern_attr *attr, fern_fn fn, void *arg)
         c = (w && w->cur != &w->g0) ? w->cur->cluster : rt.dflt;
     if (!c || LOAD(&c->stopping))
         return EINVAL;
-    if (unlikely(LOAD_RELAXED(&stack_starved)))
+    if (slow && LOAD_RELAXED(&stack_starved))
         return EAGAIN;
 #ifdef FERN_TSAN
     if (!tsan_fiber_take())
@@ -321,23 +326,21 @@ int fern_spawn(fern_thread **out, const fern_attr *attr, fern_fn fn, void *arg)
     STORE_RELAXED(&t->sp, NULL);
     STORE_RELAXED(&t->stack, NULL);
     t->fn = fn;
-    t->arg = arg;
-    t->result = NULL;
+    t->arg = arg; /* result shares its word: set when the thread returns */
     STORE_RELAXED(&t->cluster, c);
     t->link = NULL;
     t->saved_errno = 0;
     t->slice_carry = 0;
     t->tlock = 0;
-    /* life, and hibernation's two bytes (H_NONE, the opt-out), at once. */
-    STORE_RELAXED(&t->lifeword, (detached ? L_DETACHED : 0u) |
-                                    (attr && attr->no_hibernate ? (uint32_t)HN_OPTOUT << 24 : 0u));
-    STORE_RELAXED(&t->run_state, T_NEW);
-    STORE_RELAXED(&t->stack_cls, (uint8_t)cls);
-    t->rescued = 0;
+    /* At once: life, not rescued, no cancel request (cpark's state is
+     * W_WOKEN or W_TIMEDOUT/W_CANCELED: not waiting), hibernation's two
+     * bytes (H_NONE, the opt-out), T_NEW and the stack class. */
+    STORE_RELAXED(&t->lifeword, LW_LIFE(detached ? L_DETACHED : 0u) |
+                                    LW_HIB_NO(attr && attr->no_hibernate ? HN_OPTOUT : 0u) |
+                                    LW_STACK_CLS((uint8_t)cls));
     STORE_RELAXED(&t->wait_what, NULL);
     t->joiner = NULL;
     t->cshield = 0;
-    t->creq = 0; /* cpark's state is W_WOKEN or W_TIMEDOUT/W_CANCELED: not waiting */
     t->keys = NULL;
     t->rdheld = NULL;
     STORE_RELAXED(&t->id, next_id(w)); /* read by the deadlock watch (watch/deadlock.c) */
@@ -353,8 +356,25 @@ int fern_spawn(fern_thread **out, const fern_attr *attr, fern_fn fn, void *arg)
     PROBE2(spawn, t->id, t->name);
     if (out)
         *out = t;
-    sched_spawned(t);
+    if (slow)
+        sched_spawned(t);
+    else
+        sched_spawned_plain(t);
     return 0;
+}
+
+static __attribute__((noinline)) int spawn_slow(fern_thread **out, const fern_attr *attr,
+                                                fern_fn fn, void *arg)
+{
+    return spawn_as(out, attr, fn, arg, true);
+}
+
+int fern_spawn(fern_thread **out, const fern_attr *attr, fern_fn fn, void *arg)
+{
+    SLOW(return spawn_slow(out, attr, fn, arg));
+    if (!attr)
+        return spawn_as(out, NULL, fn, arg, false);
+    return spawn_as(out, attr, fn, arg, false);
 }
 
 int fern_go(fern_fn fn, void *arg)
@@ -376,8 +396,9 @@ static void after_exit(struct worker *w, fern_thread *prev, void *arg)
     COUNT(&w->n_exited, 1);
     COUNT(&w->live_delta, -1);
     spin_lock(&prev->tlock);
-    prev->life |= L_EXITED;
-    bool detached = prev->life & L_DETACHED;
+    uint8_t life = prev->life;
+    prev->life = life | L_EXITED;
+    bool detached = life & L_DETACHED;
     struct waiter *j = prev->joiner;
     /* Claimed under tlock: a joiner that was cancelled instead leaves
      * under tlock (fern_join_body), and its waiter is gone after that. */
@@ -451,7 +472,7 @@ int fern_join_body(fern_thread *t, void **ret)
              * and does not touch wt after it. t stays joinable. */
             spin_lock(&t->tlock);
             t->joiner = NULL;
-            t->life &= ~(uint32_t)L_JOINING;
+            t->life &= (uint8_t)~L_JOINING;
             spin_unlock(&t->tlock);
             return ECANCELED;
         }

@@ -6,6 +6,8 @@
 #include "fern_test.h"
 
 #include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -332,6 +334,24 @@ TEST(Cancel, RacesWithChannelHandOff) {
         ASSERT_EQ(0, fern_chan_destroy(ch));
     }
     EXPECT_EQ(0, fern_cluster_destroy(cl));
+}
+
+// FERN_MEMBARRIER=0 (ctest's test_cancel_no_membarrier runs this suite so):
+// fern acts as if the kernel had no membarrier, so every cancellable wait
+// starts on the fence side (sync/wait.h), the side only ThreadSanitizer
+// builds took before. Cancellation and hibernation ask the same probe, and
+// hibernation, which needs membarrier, says in fern_stats whether it runs:
+// with FERN_HIBERNATE=1 also set, it must be off. Skipped otherwise.
+TEST(Cancel, MembarrierKnobForcesTheFallback) {
+    const char *mb = getenv("FERN_MEMBARRIER"), *hib = getenv("FERN_HIBERNATE");
+    if (!mb || strcmp(mb, "0") != 0 || !hib || strcmp(hib, "1") != 0)
+        GTEST_SKIP() << "run with FERN_MEMBARRIER=0 FERN_HIBERNATE=1";
+    fern_thread *t; // starts the runtime if no test before did
+    ASSERT_EQ(0, fern_spawn(&t, nullptr, [](void *) -> void * { return nullptr; }, nullptr));
+    ASSERT_EQ(0, fern_join(t, nullptr));
+    struct fern_stats s;
+    ASSERT_EQ(0, fern_stats(&s));
+    EXPECT_FALSE(s.hibernate) << "FERN_MEMBARRIER=0 left membarrier in use";
 }
 
 // 10,000 threads parked in fern_read (one eventfd each), all cancelled and

@@ -47,6 +47,9 @@ static inline uint64_t arch_cycles(void) { return __builtin_ia32_rdtsc(); }
  * three instructions (the tracer's event points, base/trace.h). */
 #define ARCH_JUMP_IF_SET(flag, label) \
     __asm__ goto("cmpl $0, %0\n\tjne %l1" : : "m"(flag) : "cc" : label)
+/* The same for a 64-bit word (base/slow.h's SLOW). */
+#define ARCH_JUMP_IF_SET64(flag, label) \
+    __asm__ goto("cmpq $0, %0\n\tjne %l1" : : "m"(flag) : "cc" : label)
 
 /* Two instructions: the variable's offset from the GOT, then a load
  * relative to the thread pointer in fs. */
