@@ -133,7 +133,8 @@ static void on_fatal(int sig, siginfo_t *si, void *uc)
 /* ---- the dump signal ---- */
 
 static struct {
-    int sig;   /* 0: none */
+    int sig;   /* 0: none; written by fern_init and fern_shutdown only, read
+                * by the monitor's deadlock scan too (crash_threads) */
     int fd[2]; /* pipe: the handler writes, the dumper reads */
     pthread_t thread;
     struct sigaction old;
@@ -239,15 +240,19 @@ static void dump_start(void)
         return;
     }
     pthread_setname_np(D.thread, "fern-dump");
-    D.sig = sig;
+    STORE_RELAXED(&D.sig, sig);
 }
 
 void crash_stop(void)
 {
-    if (!D.sig)
+    int sig = D.sig;
+    if (!sig)
         return;
-    sigaction(D.sig, &D.old, NULL);
-    D.sig = 0;
+    sigaction(sig, &D.old, NULL);
+    /* Relaxed: the monitor still runs (fern_shutdown stops it next) and
+     * its deadlock scan counts the dumper (crash_threads); a count that is
+     * one short while the dumper ends only makes that scan hold back. */
+    STORE_RELAXED(&D.sig, 0);
     char zero = 0;
     while (write(D.fd[1], &zero, 1) < 0 && errno == EAGAIN)
         usleep(1000); /* the pipe is full of queued dumps: let it drain */
@@ -274,5 +279,6 @@ int crash_start(void)
     return 0;
 }
 
-/* Kernel threads this file runs (the dumper), for watch/deadlock.c's count. */
-unsigned crash_threads(void) { return D.sig ? 1u : 0u; }
+/* Kernel threads this file runs (the dumper), for watch/deadlock.c's count
+ * (the monitor's thread, while fern_shutdown may clear D.sig). */
+unsigned crash_threads(void) { return LOAD_RELAXED(&D.sig) ? 1u : 0u; }

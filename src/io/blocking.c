@@ -42,6 +42,28 @@ static struct {
 } BP = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
         NULL, NULL, 0, 0, 0, 0, false};
 
+/* BP.mu is process-shared for fern-hook's sake: job_publish takes it in a
+ * post-switch action, where the thread that runs (the parked caller's
+ * successor) must not park, and with fern-hook loaded libfern's own
+ * pthread_mutex_lock is the hooked one, which parks a green thread that
+ * finds the mutex taken (by a helper, say). The successor then parked inside
+ * its own switch, on the worker's post-switch path (ThreadSanitizer reported
+ * the cluster inbox read by that nested park; test_hook_files_pool then
+ * hung). fern-hook leaves a process-shared mutex to glibc (docs/hooks.md),
+ * so the worker waits in the kernel for the few instructions a helper holds
+ * it. Set before main, while the process has one thread. */
+__attribute__((constructor)) static void bp_mutex_init(void)
+{
+    pthread_mutexattr_t a;
+    if (pthread_mutexattr_init(&a))
+        return;
+    if (pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED) == 0) {
+        pthread_mutex_destroy(&BP.mu);
+        pthread_mutex_init(&BP.mu, &a);
+    }
+    pthread_mutexattr_destroy(&a);
+}
+
 static void *helper_main(void *arg)
 {
     (void)arg;

@@ -6,8 +6,32 @@
 #include "runtime/runtime.h"
 
 #include <unistd.h>
+#ifdef FERN_TSAN
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 struct runtime rt = {.boot_lock = PTHREAD_MUTEX_INITIALIZER};
+
+#ifdef FERN_TSAN
+/* ThreadSanitizer symbolises a report with libbacktrace, which opens the
+ * program's files and their /usr/lib/debug companions the first time it
+ * runs. Under fern-hook that open, made on a green thread, went off the
+ * worker and parked inside the report, with TSan's thread-registry lock
+ * and the loader's lock held; the worker went on to other threads, the next
+ * that reached TSan (a report, a thread or fiber created) waited on that
+ * lock in the kernel, and with it every kernel thread: a hang instead of a
+ * report (test_hook_files_pool, 440 s). So the symbolizer reads its files
+ * here, once, on the plain thread that starts the runtime; later reports
+ * open nothing. */
+static void tsan_symbolizer_warm(void)
+{
+    static uint32_t done;
+    if (__atomic_exchange_n(&done, 1, __ATOMIC_RELAXED))
+        return;
+    char out[8];
+    __sanitizer_symbolize_pc(__builtin_return_address(0), "%p", out, sizeof out);
+}
+#endif
 
 /* Start the runtime with cfg. `implicit_by` names the call that starts it
  * with the defaults (runtime_start), or is NULL for fern_init itself. */
@@ -25,6 +49,9 @@ static int runtime_init(const fern_config *cfg, const char *implicit_by)
     /* A reference, so a static link keeps the debugger's map (and the
      * embedded gdb extension) although nothing reads them in-process. */
     __asm__ volatile("" : : "r"(&fern_debug_map));
+#ifdef FERN_TSAN
+    tsan_symbolizer_warm();
+#endif
     pthread_mutex_lock(&rt.boot_lock);
     if (rt.running) {
         /* An explicit fern_init that comes after an implicit start would
