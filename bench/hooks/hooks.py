@@ -20,7 +20,13 @@ them at the end. Runs are interleaved so a noisy machine hurts every side
 alike; writes results/hooks.json and results/hooks.md with the load average
 seen, so a shared machine is visible in the figures.
 
+--redis-only runs just the wake-up scenario of issue 30's target: a 1 ms
+ticker beside 200 green threads running unmodified hiredis (fern-hook,
+default workers), then 200 pthreads, interleaved; each run is printed with
+the load average, and results/hooks-redis.json written.
+
 usage: python3 bench/hooks/hooks.py [--build-dir build/rel] [--runs 5] [--only-locks]
+       python3 bench/hooks/hooks.py --redis-only [--runs 10] [--redis-seconds 3]
 """
 import argparse, json, os, pwd, re, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
 
@@ -130,6 +136,10 @@ def main():
     ap.add_argument("--file-only", action="store_true", help="run only hook-file (results/hooks-file.*)")
     ap.add_argument("--file-mib", type=int, default=2048)
     ap.add_argument("--file-seconds", type=float, default=5)
+    ap.add_argument("--redis-only", action="store_true",
+                    help="only the hiredis wake-up scenario: 200 green threads (fern-hook, default workers) "
+                         "beside a 1 ms ticker, then 200 pthreads, interleaved per run; prints each run "
+                         "and writes results/hooks-redis.json (results/hooks.md is left alone)")
     a = ap.parse_args()
     if a.render:
         with open(os.path.join(HERE, "results", "hooks.json")) as f:
@@ -138,6 +148,32 @@ def main():
     b = os.path.join(a.build_dir, "bench")
     tmp = tempfile.mkdtemp(prefix="fern-hookbench-")
     os.chmod(tmp, 0o755)
+    if a.redis_only:
+        redis = None
+        runs = []
+        try:
+            redis, rport = start_redis(tmp)
+            for r in range(a.runs):
+                g = run_json([b + "/hook_redis", "green", str(rport), str(a.redis_seconds)])
+                t = run_json([b + "/hook_redis", "pthread", str(rport), str(a.redis_seconds)])
+                runs.append({"load": loadavg(), "green": g, "pthread": t})
+                print("run %d/%d (load %.1f): ticker late max %.1f ms (plain pthread ticker %.1f ms), "
+                      "hiredis %.0f ops/s green vs %.0f pthreads (%.2fx)"
+                      % (r + 1, a.runs, runs[-1]["load"], g["ticker_late_max_ms"],
+                         g.get("plain_ticker_late_max_ms", float("nan")), g["ops_per_s"], t["ops_per_s"],
+                         g["ops_per_s"] / t["ops_per_s"]), flush=True)
+        finally:
+            if redis:
+                redis.stop()
+            shutil.rmtree(tmp, ignore_errors=True)
+        late = [x["green"]["ticker_late_max_ms"] for x in runs]
+        ratio = [x["green"]["ops_per_s"] / x["pthread"]["ops_per_s"] for x in runs]
+        print("hiredis scenario, %d runs: ticker late max %.1f ms worst, %.1f median; rate %.2fx median "
+              "(min %.2f) of 200 pthreads; target: <= 10 ms, >= 1.0x" %
+              (len(runs), max(late), med(late), med(ratio), min(ratio)))
+        with open(os.path.join(HERE, "results", "hooks-redis.json"), "w") as f:
+            json.dump({"cpus": os.cpu_count(), "runs": runs}, f, indent=1)
+        return
     if a.file_only:
         try:
             res = {"runs": a.runs, "cpus": os.cpu_count(), "load": [], "file": file_bench(b, tmp, a)}

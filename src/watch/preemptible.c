@@ -102,14 +102,30 @@ static bool listed(const char *path)
     }
 }
 
-/* The executable's fern_nopreempt* sections, at their run-time addresses,
- * from its file (section headers are not loaded): up to max in out. The
+/* A PLT section: its stubs only jump into a shared library (or, for
+ * .iplt, to an IFUNC's choice), and the code that called through them may
+ * be fern's. A tick there, between fern's call and the library, would
+ * preempt fern (qemu-user, which delivers signals at the start of a
+ * translated block, lands there on most of fern's calls into libc). */
+static bool plt_name(const char *n, size_t room)
+{
+    static const char *const plt[] = {".plt", ".plt.got", ".plt.sec", ".iplt"};
+    for (size_t i = 0; i < sizeof plt / sizeof *plt; i++)
+        if (strnlen(n, room) == strlen(plt[i]) && strcmp(n, plt[i]) == 0)
+            return true;
+    return false;
+}
+
+/* The executable's fern_nopreempt* sections and its PLT sections, at their
+ * run-time addresses, from its file (section headers are not loaded): up
+ * to max in out, and the bytes in fern_nopreempt* sections in *fern. The
  * file is checked to be the one the loader mapped (its program headers are
  * info's: under an explicit `ld.so prog`, /proc/self/exe is the loader).
  * Returns how many, or -1 if that cannot be read or there are more than
  * max (then nothing is known to be excluded). elf.c reads it with raw
  * system calls (fern-hook's wrappers are not for the monitor). */
-static int exe_excluded(const struct dl_phdr_info *info, struct code_range *out, int max)
+static int exe_excluded(const struct dl_phdr_info *info, struct code_range *out, int max,
+                        uintptr_t *fern)
 {
     size_t len = 0;
     const unsigned char *m = elf_map("/proc/self/exe", &len);
@@ -128,8 +144,12 @@ static int exe_excluded(const struct dl_phdr_info *info, struct code_range *out,
     n = 0;
     for (unsigned i = 0; i < nsh; i++) {
         if (!(sh[i].sh_flags & SHF_EXECINSTR) || sh[i].sh_size == 0 ||
-            sh[i].sh_name >= str->sh_size || str->sh_size - sh[i].sh_name < plen ||
-            memcmp(names + sh[i].sh_name, NOPREEMPT_SECTION, plen) != 0)
+            sh[i].sh_name >= str->sh_size)
+            continue;
+        const char *nm = names + sh[i].sh_name;
+        size_t room = str->sh_size - sh[i].sh_name;
+        bool ours = room >= plen && memcmp(nm, NOPREEMPT_SECTION, plen) == 0;
+        if (!ours && !plt_name(nm, room))
             continue;
         if (n == max) { /* more than we can exclude: preempt none of it */
             n = -1;
@@ -137,6 +157,8 @@ static int exe_excluded(const struct dl_phdr_info *info, struct code_range *out,
         }
         out[n].lo = info->dlpi_addr + sh[i].sh_addr;
         out[n].hi = out[n].lo + sh[i].sh_size;
+        if (ours)
+            *fern += sh[i].sh_size;
         n++;
     }
 out:
@@ -228,7 +250,8 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
             b->exe = EXE_FERN_INSIDE; /* arch.h: ARCH_PREEMPT_STATIC */
             return 0;
         }
-        nex = exe_excluded(info, ex, EXCLUDED_MAX);
+        uintptr_t fern_bytes = 0;
+        nex = exe_excluded(info, ex, EXCLUDED_MAX, &fern_bytes);
         if (nex < 0) {
             b->exe = fern_here ? EXE_FERN_INSIDE : EXE_UNREADABLE;
             return 0;
@@ -242,8 +265,7 @@ static int add_object(struct dl_phdr_info *info, size_t size, void *arg)
                 return 0;
             }
         }
-        for (int i = 0; i < nex; i++)
-            b->excluded += ex[i].hi - ex[i].lo;
+        b->excluded = fern_bytes;
         b->exe = EXE_PREEMPTED;
     } else {
         /* A listed library with fern inside is left alone, all of it (its

@@ -11,12 +11,20 @@
  *                value exactly once, then close ends it
  *   prodcons     mutex + condition variable bounded buffer, 4 producers and
  *                4 consumers on all workers: sum and count exact
+ *   preempt      8 threads spin in this file's code (calling nothing) on the
+ *                4 workers while one sleeps 1 ms 100 times: the spinners are
+ *                preempted (fern_stats counts it), in the program linked with
+ *                libfern.so and in the one linked with libfern.a (whose
+ *                fern code sits in its fern_nopreempt section)
  */
 #include <fern/fern.h>
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #define CHECK(part, cond)                                                  \
     do {                                                                   \
@@ -205,6 +213,51 @@ static void *prodcons(void *arg)
     return arg;
 }
 
+/* ---- preempt: spinners beside a sleeper ---- */
+#define SPINNERS 8
+static atomic_bool spin_stop;
+
+static __attribute__((noinline)) void *spin(void *arg)
+{
+    uint64_t x = (uintptr_t)arg | 1;
+    while (!atomic_load_explicit(&spin_stop, memory_order_relaxed))
+        for (int i = 0; i < 1000; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+        }
+    return (void *)(uintptr_t)x;
+}
+
+/* A plain thread: without preemption the spinners keep the sleeper out
+ * for good (or until compensation gets to it); fail, do not hang. */
+static void *preempt_watchdog(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 600 && !atomic_load(&spin_stop); i++)
+        usleep(100000);
+    CHECK("preempt", atomic_load(&spin_stop)); /* the sleeper finished in 60 s */
+    return NULL;
+}
+
+static void *preempt(void *arg)
+{
+    struct fern_stats st;
+    CHECK("preempt", fern_stats(&st) == 0);
+    uint64_t before = st.preemptions;
+    fern_thread *t[SPINNERS];
+    for (long i = 0; i < SPINNERS; i++)
+        CHECK("preempt", fern_spawn(&t[i], NULL, spin, (void *)i) == 0);
+    for (int i = 0; i < 100; i++)
+        CHECK("preempt", fern_sleep_ns(1000000) == 0);
+    atomic_store(&spin_stop, true);
+    for (int i = 0; i < SPINNERS; i++)
+        CHECK("preempt", fern_join(t[i], NULL) == 0);
+    CHECK("preempt", fern_stats(&st) == 0);
+    CHECK("preempt", st.preemptions > before);
+    return arg;
+}
+
 int main(int argc, char **argv)
 {
     long nparked = argc > 1 ? atol(argv[1]) : 100000;
@@ -215,7 +268,12 @@ int main(int argc, char **argv)
     CHECK("parked", fern_run(parked, (void *)nparked, NULL) == 0);
     CHECK("channels", fern_run(channels, NULL, NULL) == 0);
     CHECK("prodcons", fern_run(prodcons, NULL, NULL) == 0);
+    pthread_t wd;
+    CHECK("preempt", pthread_create(&wd, NULL, preempt_watchdog, NULL) == 0);
+    CHECK("preempt", fern_run(preempt, NULL, NULL) == 0);
+    CHECK("preempt", pthread_join(wd, NULL) == 0);
     CHECK("shutdown", fern_shutdown() == 0);
-    printf("cross prog ok: spawn/join, %ld parked, channels, producer/consumer\n", nparked);
+    printf("cross prog ok: spawn/join, %ld parked, channels, producer/consumer, preempt\n",
+           nparked);
     return 0;
 }

@@ -387,13 +387,29 @@ TEST(Sched, WakeupsFromPlainThreadsReachSleepingWorkers) {
     EXPECT_EQ(0, fern_cluster_destroy(c));
 }
 
-// A hand-off left behind a busy thread, for the two tests below: the woken
-// thread notes when it runs; the waker notes when it posts, then computes
-// for `spin` unless the woken one ran meanwhile.
+// The CPU time of the calling kernel thread (a green thread's worker).
+int64_t thread_cpu_ns() {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+// A hand-off left behind a busy thread, for the two tests below: one thread
+// waits; another posts (the waiter goes to the poster's hand-off slot) and
+// then computes for 8 ms of its worker's CPU time, less than a time slice,
+// so no preemption lets the waiter run there. The waiter can run before the
+// computation ends only if the idle worker steals it. The computation is
+// measured in CPU time, not wall time: on a loaded machine the kernel may
+// keep the idle worker's kernel thread off the CPU for milliseconds, which
+// delays the steal but must not fail it (a wall-time bound of 6 ms failed
+// so); the busy worker is then held back as much, and its 8 ms of CPU last
+// as long.
 struct StuckHandoff {
     fern_sem s;
     std::atomic<int64_t> woke_at{0}, posted_at{0};
-    const int64_t spin = (int64_t)((double)ms(9) / stress_scale());
+    bool stolen = false;  // the waiter ran while the poster still computed
+    int64_t cpu_used = 0; // the poster's CPU time from the post to the end
+    static constexpr int64_t kSpinCpu = 8000000;
     StuckHandoff() { EXPECT_EQ(0, fern_sem_init(&s, 0)); }
     ~StuckHandoff() { EXPECT_EQ(0, fern_sem_destroy(&s)); }
     void wait() {
@@ -401,29 +417,31 @@ struct StuckHandoff {
         woke_at = fern_now_ns();
     }
     void post_and_compute() {
+        int64_t c0 = thread_cpu_ns(), c;
         posted_at = fern_now_ns();
         EXPECT_EQ(0, fern_sem_post(&s)); // the waiter goes to this worker's hand-off slot
-        int64_t end = fern_now_ns() + spin;
-        while (fern_now_ns() < end && woke_at.load() == 0) {
+        while ((c = thread_cpu_ns()) - c0 < kSpinCpu && woke_at.load() == 0) {
         }
+        stolen = woke_at.load() != 0;
+        cpu_used = c - c0;
     }
     void expect_stolen(const std::string &what) {
         ASSERT_NE(0, woke_at.load());
-        EXPECT_LT(woke_at.load() - posted_at.load(), spin * 2 / 3)
-            << what << "the woken thread waited " << (woke_at.load() - posted_at.load()) / 1000
-            << " us behind the busy one";
+        EXPECT_TRUE(stolen) << what << "the woken thread waited behind the busy one for all of its "
+                            << cpu_used / 1000 << " us of CPU";
+        std::printf("%sthe woken thread ran after %lld us (the poster used %lld us of CPU)\n", what.c_str(),
+                    (long long)(woke_at.load() - posted_at.load()) / 1000, (long long)cpu_used / 1000);
     }
 };
 
 // A thread woken into the hand-off slot of a worker whose running thread
 // then computes is stolen by the idle worker once that worker has not
 // switched for NEXT_STUCK_NS (10 us), not left until the computation ends
-// (9 ms here, less than a time slice: no preemption helps). The bound is
-// two thirds of that: the kernel sometimes queues the woken worker's kernel
-// thread on the busy one's CPU although the other CPU is idle, and it runs
-// only at the next scheduler tick (4 ms at HZ=250): in 4 of 25 runs with a
-// 5 ms computation the steal came 2.6-3.7 ms late, the sched_wakeup
-// tracepoint showing the wakee's target CPU to be the waker's.
+// (8 ms of CPU: no preemption helps). What is checked is that it ran during
+// the computation, not how soon: that depends on the machine's load (the
+// kernel sometimes queues the woken worker's kernel thread on the busy
+// one's CPU although the other CPU is idle, and it then runs only at the
+// next scheduler tick, 4 ms at HZ=250).
 TEST(Sched, HandOffBehindABusyThreadIsStolen) {
     Watchdog wd(60, "HandOffBehindABusyThreadIsStolen");
     fern_cluster *c = nullptr;
@@ -446,8 +464,7 @@ TEST(Sched, HandOffBehindABusyThreadIsStolen) {
 // The same while hand-offs follow each other on the busy worker, so that the
 // idle one naps as the cluster's hand-off watcher and hand-offs wake nobody
 // (sched.c, WATCH_NAP_NS): the watcher must still steal the hand-off stuck
-// behind the spinner, within two naps (0.4 ms) plus the machine's noise
-// (the same bound as above).
+// behind the spinner while it computes (as above), in each of 5 rounds.
 TEST(Sched, HandOffBehindABusyThreadIsStolenWhileWatched) {
     Watchdog wd(60, "HandOffBehindABusyThreadIsStolenWhileWatched");
     fern_cluster *c = nullptr;
@@ -575,23 +592,32 @@ TEST(Sched, ForkJoinParksTheJoinerRarely) {
 // STEAL_SHORT_NS, backs off from threads that never ran (sched.c). Before,
 // it took each new thread as it appeared: 0.1-0.25 steals per child, and
 // spawn+join cost twice what it costs on one worker. Long threads spawned
-// after that still spread to both workers.
+// after that still spread to both workers. Counted per batch, and the
+// median batch is judged: on a loaded machine the kernel takes the
+// spawner's CPU away now and then for milliseconds, and the idle worker
+// then rightly takes what waits behind it (STEAL_STALL_NS), so a disturbed
+// batch can see hundreds of steals (a total of 415 against a bound of 400
+// once); without the back-off every batch does.
 TEST(Sched, TinyThreadsStayWithTheirSpawner) {
     Watchdog wd(120, "TinyThreadsStayWithTheirSpawner");
     fern_cluster *c = nullptr;
     ASSERT_EQ(0, fern_cluster_create(&c, 2));
     constexpr int kBatch = 1000, kLong = 16;
     const int kBatches = (int)scaled(20, 2);
-    struct fern_stats s0, s1;
+    std::vector<uint64_t> steals(kBatches);
     long bad = 0;
     std::set<const void *> seen;
     std::mutex mu;
     fern_thread *parent = nullptr;
     ASSERT_EQ(0, spawn_on(&parent, c, [&] {
         std::vector<fern_thread *> kids(kBatch);
-        fern_stats(&s0);
-        for (int b = 0; b < kBatches; b++) bad += fork_join_trivial(kids);
-        fern_stats(&s1);
+        for (int b = 0; b < kBatches; b++) {
+            struct fern_stats s0, s1;
+            fern_stats(&s0);
+            bad += fork_join_trivial(kids);
+            fern_stats(&s1);
+            steals[b] = s1.steals - s0.steals;
+        }
         for (int i = 0; i < kLong; i++)
             EXPECT_EQ(0, spawn(&kids[i], nullptr, [&] {
                 {
@@ -606,12 +632,21 @@ TEST(Sched, TinyThreadsStayWithTheirSpawner) {
     }));
     ASSERT_EQ(0, fern_join(parent, nullptr));
     EXPECT_EQ(0, bad);
-    uint64_t steals = s1.steals - s0.steals;
-    std::printf("tiny threads: %llu steals for %d children\n", (unsigned long long)steals, kBatch * kBatches);
+    uint64_t total = 0;
+    std::string each;
+    for (uint64_t n : steals) {
+        total += n;
+        each += " " + std::to_string(n);
+    }
+    std::sort(steals.begin(), steals.end());
+    uint64_t median = steals[steals.size() / 2];
+    std::printf("tiny threads: %llu steals for %d children, per batch of %d:%s\n",
+                (unsigned long long)total, kBatch * kBatches, kBatch, each.c_str());
     // Sanitizer and emulated builds (FERN_STRESS_SCALE < 1) run a trivial
     // thread in more than STEAL_SHORT_NS, so there stealing it is right.
     if (stress_scale() >= 1) {
-        EXPECT_LT(steals, (uint64_t)(kBatch * kBatches / 50)) << "the idle worker kept stealing tiny threads";
+        EXPECT_LT(median, (uint64_t)(kBatch / 50))
+            << "the idle worker kept stealing tiny threads (per batch:" << each << ")";
     }
     EXPECT_EQ(2u, seen.size()) << "long threads after tiny ones ran on " << seen.size() << " of 2 workers";
     EXPECT_EQ(0, fern_cluster_destroy(c));

@@ -110,11 +110,12 @@ static inline void arch_hib_frame(uint64_t *f, const void *real_sp, void *t, voi
     (void)f, (void)real_sp, (void)t, (void)block;
 }
 #define ARCH_PREEMPT 1
-/* Off: with libfern.a linked in, tests/cross/check.sh's static program
- * deadlocked on its own mutex under qemu (a tick landed in fern's code or in
- * code it calls that sits outside its fern_nopreempt sections; not yet
- * found). Such a program gets compensation only, as before 0.1. */
-#define ARCH_PREEMPT_STATIC 0
+/* A program linked with libfern.a is preempted as on x86_64: the PLT
+ * stubs fern calls libc through are excluded (watch/preemptible.c), and
+ * the outline-atomics helpers fern's spin locks call are copied into
+ * fern's section from libgcc.a (cmake/nopreempt.cmake). Either left
+ * preemptible deadlocked tests/cross/prog.c under qemu. */
+#define ARCH_PREEMPT_STATIC 1
 
 void fern_preempt_tramp(void) __attribute__((visibility("hidden")));
 
