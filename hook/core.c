@@ -187,10 +187,14 @@ static long green_transfer(int fd, int dir, int nowait, const struct hk_call *c,
         return hk_do(c); /* the user asked for one attempt */
     if (!(st & HK_MANAGED) || hk_check(fd, h) < 0) {
         /* Not a descriptor the poller can wait on: perhaps a file. */
-        if (c->nr == SYS_read || c->nr == SYS_readv || c->nr == SYS_write ||
-            c->nr == SYS_writev)
-            return hk_file_io(fd, c, &nw);
-        return hk_do(c);
+        if (c->nr != SYS_read && c->nr != SYS_readv && c->nr != SYS_write &&
+            c->nr != SYS_writev)
+            return hk_do(c);
+        long r = hk_file_io(fd, c, &nw);
+        if (r != HK_ADOPTED)
+            return r;
+        h = hk_fd_find(fd); /* a tty, managed from now on: poll first */
+        st = hk_state(h);
     }
     if (dl < 0 && (st & HK_POLLFIRST))
         dl = hk_deadline(__atomic_load_n(dir == FERN_READ ? &h->rcvto : &h->sndto,
@@ -229,10 +233,13 @@ static long green_transfer(int fd, int dir, int nowait, const struct hk_call *c,
             }
             token = fern__io_begin(&pe);
         }
-        long r = hk_do(&nw);
-        if ((r == -EOPNOTSUPP || r == -ENOSYS) && nw.nr != c->nr) {
-            /* RWF_NOWAIT refused (a tty), or preadv2 missing (qemu-user):
-             * remember, and wait with poll. */
+        /* A form of the call with RWF_NOWAIT (nw.nr != c->nr) where the
+         * kernel has no preadv2/pwritev2 (qemu-user: the runtime's probe)
+         * cannot be made: as for a tty that refuses it. */
+        long r = nw.nr != c->nr && !fern__file_rwf() ? -EOPNOTSUPP : hk_do(&nw);
+        if (r == -EOPNOTSUPP && nw.nr != c->nr) {
+            /* RWF_NOWAIT refused (a tty), or no preadv2 at all: remember,
+             * and wait with poll. */
             __atomic_fetch_or(&h->st, HK_POLLFIRST, __ATOMIC_ACQ_REL);
             if (dl < 0)
                 dl = hk_deadline(__atomic_load_n(dir == FERN_READ ? &h->rcvto : &h->sndto,

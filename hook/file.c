@@ -69,14 +69,31 @@ long hk_file_io(int fd, const struct hk_call *c, const struct hk_call *nw)
      * waits for the device: straight off the worker. */
     if (hk_state(hk_fd_find(fd)) & HK_DIRECT)
         return off_worker(c->nr, c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5]);
-    long r = hk_do(nw);
-    if (HK_LIKELY(r != -EAGAIN && r != -EOPNOTSUPP && r != -ENOSYS)) { /* ENOSYS: no preadv2 (qemu-user) */
-        if (r >= 0)
-            fern__file_nowait_hit();
-        return r;
+    /* Without preadv2/pwritev2 (qemu-user: the runtime's probe) there is no
+     * first attempt to make: as for EOPNOTSUPP. */
+    if (HK_LIKELY(fern__file_rwf())) {
+        long r = hk_do(nw);
+        if (HK_LIKELY(r != -EAGAIN && r != -EOPNOTSUPP)) {
+            if (r >= 0)
+                fern__file_nowait_hit();
+            return r;
+        }
     }
     struct stat sb;
-    if (hk_sys(SYS_fstat, fd, &sb) < 0 || !(S_ISREG(sb.st_mode) || S_ISBLK(sb.st_mode)))
+    if (hk_sys(SYS_fstat, fd, &sb) < 0)
+        return hk_do(c);
+    if (S_ISCHR(sb.st_mode)) {
+        /* A tty or pty (opened with open, so never managed): no per-call
+         * non-blocking form, so it joins the managed descriptors as
+         * poll-first (core.c), and the thread parks until it is ready. */
+        hk_adopt(fd, NULL);
+        struct hk_fd *h = hk_fd_find(fd);
+        if (!(hk_state(h) & HK_MANAGED))
+            return hk_do(c); /* no entry for it (out of memory) */
+        __atomic_fetch_or(&h->st, HK_POLLFIRST, __ATOMIC_ACQ_REL);
+        return HK_ADOPTED;
+    }
+    if (!(S_ISREG(sb.st_mode) || S_ISBLK(sb.st_mode)))
         return hk_do(c); /* not a file: the plain call, as libc makes it */
     return off_worker(c->nr, c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5]);
 }
@@ -90,7 +107,8 @@ static long prw(long nr, int fd, const struct iovec *iov, long cnt, long off, in
     if (HK_LIKELY(!hk_green()) || (flags & RWF_NOWAIT))
         return hk_do(c);
     struct hk_call nw = {nr, {fd, (long)iov, cnt, off, 0, flags | RWF_NOWAIT}};
-    return hk_file_io(fd, c, &nw);
+    long r = hk_file_io(fd, c, &nw);
+    return r == HK_ADOPTED ? hk_do(c) : r; /* a positioned call on a tty: the kernel's answer */
 }
 
 ssize_t pread(int fd, void *buf, size_t n, off_t off)

@@ -163,8 +163,13 @@ long hk_desc_nonblock(int fd) HK_HIDDEN;
 
 /* A read or write of an unmanaged descriptor on a green thread (file.c):
  * nw, c's one-attempt form, on the worker; if it would wait and fd is a
- * regular file or a block device, c off the worker; else c itself. */
+ * regular file or a block device, c off the worker; a character device
+ * (a tty) becomes managed and poll-first (HK_ADOPTED); else c itself. */
 long hk_file_io(int fd, const struct hk_call *c, const struct hk_call *nw) HK_HIDDEN;
+/* hk_file_io's answer for a character device (a tty, a pty) that has no
+ * RWF_NOWAIT: it is now managed and marked HK_POLLFIRST, and the caller
+ * takes the managed path. Below every -errno. */
+#define HK_ADOPTED (-4096L - 1)
 /* fcntl(F_SETLKW / F_OFD_SETLKW) (lock.c): -errno or the kernel's value. */
 long hk_fcntl_lockw(int fd, int cmd, long arg) HK_HIDDEN;
 /* _FORTIFY_SOURCE's verdict on a buffer too small: the message, abort. */

@@ -25,6 +25,25 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+/* Does this kernel have preadv2/pwritev2, the calls a page-cache hit is
+ * served by (RWF_NOWAIT)? io_file_probe asks once when the runtime starts,
+ * beside uring.c's probe: both are missing under qemu-user (ENOSYS), where
+ * every file read and write then goes off the worker at once (hook/file.c,
+ * file_prw) and a pipe or tty the hook manages waits with poll first
+ * (hook/core.c). Written before any green thread runs, read after. */
+static bool file_rwf = true;
+
+void io_file_probe(void)
+{
+    /* A bad descriptor: the kernel that has the call says EBADF before
+     * looking at anything else; one that lacks it says ENOSYS. */
+    bool r = syscall(SYS_preadv2, -1, NULL, 0, 0L, 0L, (long)RWF_NOWAIT) == 0 || errno != ENOSYS;
+    bool w = syscall(SYS_pwritev2, -1, NULL, 0, 0L, 0L, (long)RWF_NOWAIT) == 0 || errno != ENOSYS;
+    STORE(&file_rwf, r && w);
+}
+
+bool io_file_rwf(void) { return LOAD_RELAXED(&file_rwf); }
+
 static long raw6(long nr, const long *a)
 {
     long r = syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
@@ -170,6 +189,8 @@ long fern__file_call(long nr, const long a[6]) { return io_file_call(nr, a); }
 
 void fern__file_nowait_hit(void) { uring_count_nowait(); }
 
+int fern__file_rwf(void) { return io_file_rwf(); }
+
 /* pread or pwrite at offset: the page cache on the worker, else off it. */
 static ssize_t file_prw(long nr, int fd, void *buf, size_t n, int64_t off)
 {
@@ -179,17 +200,19 @@ static ssize_t file_prw(long nr, int fd, void *buf, size_t n, int64_t off)
             errno_set(ECANCELED);
             return -1;
         }
-        struct iovec v = {buf, n};
-        long r = syscall(nr == SYS_pread64 ? SYS_preadv2 : SYS_pwritev2, fd, &v, 1, (long)off, 0L,
-                         (long)RWF_NOWAIT);
-        if (r >= 0) {
-            uring_count_nowait();
-            return r;
+        if (io_file_rwf()) {
+            struct iovec v = {buf, n};
+            long r = syscall(nr == SYS_pread64 ? SYS_preadv2 : SYS_pwritev2, fd, &v, 1, (long)off,
+                             0L, (long)RWF_NOWAIT);
+            if (r >= 0) {
+                uring_count_nowait();
+                return r;
+            }
+            if (errno != EAGAIN && errno != EOPNOTSUPP)
+                return -1;
         }
-        if (errno != EAGAIN && errno != EOPNOTSUPP && errno != ENOSYS) /* ENOSYS: qemu-user */
-            return -1;
         long a[6] = {fd, (long)buf, (long)n, (long)off, 0, 0};
-        r = io_file_call(nr, a);
+        long r = io_file_call(nr, a);
         if (r < 0) {
             errno_set((int)-r);
             return -1;

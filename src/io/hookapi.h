@@ -79,6 +79,10 @@ FERN__API int fern__io_park(const struct fern__pollent *pe, int n, int64_t deadl
  * (preadv2 with RWF_NOWAIT on the worker: fern_stats). */
 FERN__API long fern__file_call(long nr, const long a[6]);
 FERN__API void fern__file_nowait_hit(void);
+/* 1 if the kernel has preadv2/pwritev2 (probed once when the runtime
+ * starts; 0 under qemu-user, which answers ENOSYS): without them a read or
+ * write cannot be tried with RWF_NOWAIT first. */
+FERN__API int fern__file_rwf(void);
 
 /* ---- the lock families (hook/lock.h) ---- */
 

@@ -143,6 +143,10 @@ void uring_count_pool(void);
 void uring_count_nowait(void);
 /* System call nr(a[0..5]) off the worker (file.c): the value or -errno. */
 long io_file_call(long nr, const long *a);
+/* file.c's probe at io_init: does the kernel have preadv2/pwritev2
+ * (RWF_NOWAIT)? io_file_rwf says what it found. */
+void io_file_probe(void);
+bool io_file_rwf(void);
 
 /* ---- for runtime/ and debug/ ---- */
 int io_init(void);

@@ -51,8 +51,10 @@ int io_init(void)
     int e = fdtab_init();
     if (e)
         io_fini();
-    else
-        uring_init(); /* the probe: io_uring or the pool for file calls */
+    else {
+        uring_init();    /* the probe: io_uring or the pool for file calls */
+        io_file_probe(); /* and whether RWF_NOWAIT reads and writes exist */
+    }
     return e;
 }
 

@@ -14,6 +14,7 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 
+#include <atomic>
 #include <cstring>
 
 using namespace hook_test;
@@ -312,6 +313,56 @@ TEST_P(NonBlock, AcceptConnectLeaveFlagsAlone) {
     close(c);
     close(l);
     unlink(a.sun_path);
+}
+
+// A pty: its driver refuses RWF_NOWAIT (EOPNOTSUPP), so the hook parks
+// the reader until poll says ready and then makes the user's own read (the
+// "ttys poll first" rule, hook/core.c). The read parks (a second green
+// thread on the same worker runs while it waits, and no compensation worker
+// is started), returns the line, and leaves the slave blocking.
+TEST_P(NonBlock, PtyReadParksUntilLine) {
+    int m = posix_openpt(O_RDWR | O_NOCTTY);
+    if (m < 0)
+        GTEST_SKIP() << "no pty: " << strerror(errno);
+    ASSERT_EQ(grantpt(m), 0);
+    ASSERT_EQ(unlockpt(m), 0);
+    int sl = open(ptsname(m), O_RDWR | O_NOCTTY);
+    ASSERT_GE(sl, 0);
+    Workers w(GetParam());
+    struct fern_stats before, after;
+    fern_stats(&before);
+    std::atomic<int> reading{0}, ran_meanwhile{0};
+    for (int round = 0; round < 2; round++) { // the second after the fd is marked poll-first
+        reading = 0;
+        ran_meanwhile = 0;
+        fern_thread *r = w.spawn([&] {
+            char buf[16] = {};
+            reading = 1;
+            EXPECT_EQ(read(sl, buf, sizeof buf), 5) << strerror(errno);
+            EXPECT_STREQ(buf, "line\n");
+        });
+        fern_thread *o = w.spawn([&] {
+            while (!reading)
+                fern_yield();
+            usleep(50000); // hooked: parks, so the reader's worker is free
+            ran_meanwhile = 1;
+        });
+        Workers::join(o);
+        EXPECT_EQ(ran_meanwhile.load(), 1);
+        // Only now the line: had the read blocked the (single) worker, the
+        // other thread could not have finished.
+        EXPECT_EQ(syscall(SYS_write, m, "line\n", 5), 5);
+        Workers::join(r);
+    }
+    // A read that blocked its worker for those 50 ms would have made the
+    // monitor start a compensation worker (that is how the test passed
+    // before ttys were managed); a parked one leaves none.
+    fern_stats(&after);
+    EXPECT_EQ(after.spares_started, before.spares_started);
+    EXPECT_FALSE(kernel_nonblock(sl));
+    EXPECT_FALSE(fcntl(sl, F_GETFL) & O_NONBLOCK);
+    close(sl);
+    close(m);
 }
 
 INSTANTIATE_TEST_SUITE_P(Workers, NonBlock, ::testing::Values(1, 2),
