@@ -114,7 +114,21 @@ struct hib_block {
 };
 #define B_SP(b) ((b)->frame[1])      /* the real saved stack pointer */
 #define B_LO(b) ((b)->frame[2])      /* the stack's lowest usable byte */
-#define B_LIVE(b) ((b)->frame[3])    /* bytes saved: [sp, sp + live) = [sp, top) */
+#define B_WORD3(b) ((b)->frame[3])   /* bits 0-23: bytes saved, [sp, sp + live) =
+                                      * [sp, top); 24-31: touches; 32-63: ms (the
+                                      * clock's, mod 2^32) of the last touch */
+#define B_LIVE(b) (B_WORD3(b) & 0xffffffu)
+#define B_TOUCHES(b) ((unsigned)(B_WORD3(b) >> 24) & 0xffu)
+#define B_TOUCH_MS(b) ((uint32_t)(B_WORD3(b) >> 32))
+/* A stack restored by a touch and still parked is hibernated again only
+ * once it has stayed parked delay << touches (touches capped here) since
+ * that touch, and while threads keep running, 8 times that: a touch mostly
+ * comes just before a wake-up (a broadcast's walk, then a mutex's hand-off
+ * to each heir the walk restored), and a queue of a million heirs drained
+ * over seconds would otherwise be hibernated again behind the walk and
+ * restored twice. A stack touched again and again stays out longer each
+ * time; a thread that runs forgets it (its block is freed). */
+#define HIB_TOUCH_BACKOFF_MAX 4u
 #define B_OWNER(b) ((b)->frame[6])   /* the slab's owner entry of the slot */
 
 bool hib_on;
@@ -140,6 +154,8 @@ static struct {
     int64_t next_scan;          /* monitor only, like what follows */
     int64_t last_busy;          /* the last look that found workers busy */
     int64_t scan_start;
+    uint32_t now_ms;            /* the tick's clock, in ms mod 2^32 */
+    bool quiet;                 /* no thread ran since the last tick */
     bool scanning, pending, marked;
     uint32_t touched;           /* a touch restored stacks: scan again (any thread) */
     uint32_t gen;               /* +1 each time stacks become accessible again */
@@ -298,18 +314,50 @@ bool hib_wake_slow(fern_thread *t)
 
 /* ---- restoring ---- */
 
+/* The last item of the run of adjacent slots that starts at v[i]. */
+static unsigned run_end(const struct item *v, unsigned n, unsigned i)
+{
+    while (i + 1 < n && v[i + 1].lo == v[i].top + stack_page())
+        i++;
+    return i;
+}
+
 /* mprotect every run of adjacent items' slots [lo, top). */
 static bool protect_runs(struct item *v, unsigned n, int prot)
 {
     for (unsigned i = 0; i < n;) {
-        unsigned j = i;
-        while (j + 1 < n && v[j + 1].lo == v[j].top + stack_page())
-            j++;
+        unsigned j = run_end(v, n, i);
         if (mprotect(v[i].lo, (size_t)(v[j].top - v[i].lo), prot) != 0)
             return false;
         i = j + 1;
     }
     return true;
+}
+
+/* Free the pages of every run of adjacent items' slots: one MADV_DONTNEED
+ * (one page walk and one TLB flush) per run, not one per stack. It leaves
+ * guard markers in place (the slots' own guard pages between the stacks of
+ * a run stay guards). */
+static bool release_runs(struct item *v, unsigned n)
+{
+    for (unsigned i = 0; i < n;) {
+        unsigned j = run_end(v, n, i);
+        if (madvise(v[i].lo, (size_t)(v[j].top - v[i].lo), MADV_DONTNEED) != 0)
+            return false;
+        i = j + 1;
+    }
+    return true;
+}
+
+/* The pages of an item's stack that hold its live bytes, [sp, top) rounded
+ * out to whole pages: the only ones that get guard markers. The pages below
+ * are left empty: a touch there (below the saved stack pointer: nothing
+ * live) reads zeros as on a fresh stack, and restoring has no markers to
+ * remove there. */
+static struct iovec live_pages(const struct item *it)
+{
+    char *lo = (char *)((uintptr_t)it->sp & ~(uintptr_t)(stack_page() - 1));
+    return (struct iovec){lo, (size_t)(it->top - lo)};
 }
 
 static void die(const char *msg)
@@ -362,7 +410,7 @@ static void restore(struct item *v, unsigned n, bool touched)
     struct iovec iov[HIB_TOUCH_BATCH];
     long want = 0;
     for (unsigned i = 0; i < n; i++) {
-        iov[i] = (struct iovec){v[i].lo, (size_t)(v[i].top - v[i].lo)};
+        iov[i] = live_pages(&v[i]);
         want += (long)iov[i].iov_len;
     }
     /* No signal handler may run on this thread meanwhile: one that reads a
@@ -392,6 +440,14 @@ static void restore(struct item *v, unsigned n, bool touched)
     if (!touched)
         TRACE(trace_event(worker_self(), TR_RESTORE, n, v[0].t->id, 0));
     pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (touched) {
+        uint32_t ms = (uint32_t)(fern_now_ns() / 1000000);
+        for (unsigned i = 0; i < n; i++) {
+            struct hib_block *b = v[i].b;
+            unsigned c = B_TOUCHES(b) < HIB_TOUCH_BACKOFF_MAX ? B_TOUCHES(b) + 1 : B_TOUCHES(b);
+            B_WORD3(b) = B_LIVE(b) | (uint64_t)c << 24 | (uint64_t)ms << 32;
+        }
+    }
     /* Before the states: whoever sees one of them sees the count too. */
     ADD_RELAXED(&H.gen, 1);
     hib_release_fence();
@@ -565,6 +621,8 @@ bool hib_scan_due(int64_t now, bool busy, int64_t *next)
 {
     if (!hib_on)
         return false;
+    H.now_ms = (uint32_t)(now / 1000000);
+    H.quiet = !busy;
     if (LOAD_RELAXED(&H.touched)) {
         STORE_RELAXED(&H.touched, 0);
         busy = true;
@@ -618,6 +676,16 @@ void hib_scan_thread(fern_thread *t)
      * block it has (its live range has not changed). */
     bool was = h == H_RESIDENT || h == H_RESIDENT_SEEN;
     if ((h == H_NONE || h == H_SEEN || was) && CAS(&t->hib, &h, H_BUSY)) {
+        if (was) {
+            /* Ours while BUSY (hib_resume waits): its block is stable. */
+            struct hib_block *b = (struct hib_block *)LOAD_RELAXED(&t->sp);
+            int64_t since = (int64_t)(uint32_t)(H.now_ms - B_TOUCH_MS(b)) * 1000000;
+            int64_t wait = H.delay_ns << B_TOUCHES(b);
+            if (B_TOUCHES(b) && (since < wait || (!H.quiet && since < 8 * wait))) {
+                hib_release(t, h);
+                return;
+            }
+        }
         H.was[H.n] = was;
         H.batch[H.n++] = t;
         if (H.n == HIB_BATCH)
@@ -678,31 +746,37 @@ void hib_scan_flush(void)
             struct hib_block *b = v[i].b;
             size_t live = (size_t)(v[i].top - v[i].sp);
             copy_words(b->data, v[i].sp, live);
-            if (v[i].resident) {
-                H.iov[i] = (struct iovec){v[i].lo, (size_t)(v[i].top - v[i].lo)};
+            H.iov[i] = live_pages(&v[i]);
+            if (v[i].resident)
                 continue;
-            }
             arch_hib_frame(b->frame, b->data, v[i].t, b);
             B_SP(b) = (uint64_t)(uintptr_t)v[i].sp;
             B_LO(b) = (uint64_t)(uintptr_t)v[i].lo;
-            B_LIVE(b) = live;
+            B_WORD3(b) = live;
             B_OWNER(b) = (uint64_t)(uintptr_t)v[i].owner;
-            H.iov[i] = (struct iovec){v[i].lo, (size_t)(v[i].top - v[i].lo)};
         }
-        /* Readers too must fault from here on: while a guard goes in, a
-         * read of a page already emptied would see zeros. */
+        /* Readers too must fault from here on: once a page is freed, a
+         * read of it would see zeros. The pages go with one MADV_DONTNEED
+         * per run of adjacent slots; then the guard markers go in over the
+         * live pages alone, which are empty by then (no page to free, no
+         * TLB flush per stack). */
         if (!protect_runs(v, m, PROT_NONE))
             die("fern: cannot protect stacks being hibernated (vm.max_map_count?); aborting\n");
-        long done = madvise_many(H.iov, m, MADV_GUARD_INSTALL);
+        long done = -1;
+        if (release_runs(v, m))
+            done = madvise_many(H.iov, m, MADV_GUARD_INSTALL);
         /* Guards go in in order: the first k stacks are hibernated. */
         for (long left = done; k < m && left >= (long)H.iov[k].iov_len; k++)
             left -= (long)H.iov[k].iov_len;
-        if (k < m && done >= 0) {
-            /* A range half done has lost pages: remove its guards and put
-             * the bytes back (it stays resident). */
-            struct iovec one = H.iov[k];
-            if (madvise_many(&one, 1, MADV_GUARD_REMOVE) == (long)one.iov_len)
-                mem_write(mem_fd(), v[k].sp, v[k].b->data, (size_t)(v[k].top - v[k].sp));
+        /* The others have lost their pages (or some): remove any guard
+         * half put in and put their bytes back; they stay resident. */
+        if (k < m) {
+            int fd = mem_fd();
+            for (unsigned i = k; i < m; i++) {
+                if (madvise_many(&H.iov[i], 1, MADV_GUARD_REMOVE) != (long)H.iov[i].iov_len)
+                    die("fern: cannot undo a failed hibernation; aborting\n");
+                mem_write(fd, v[i].sp, v[i].b->data, (size_t)(v[i].top - v[i].sp));
+            }
         }
         for (unsigned i = 0; i < k; i++)
             if (!v[i].resident)
