@@ -162,6 +162,7 @@ static struct {
     int mem_fd;                 /* /proc/self/mem (mem_fd) */
     ino_t mem_ino;
     dev_t mem_dev;
+    long mem_pid;               /* the process that opened mem_fd */
     fern_thread *batch[HIB_BATCH];
     bool was[HIB_BATCH];        /* batch[i] was H_RESIDENT (has its block) */
     struct item items[HIB_BATCH];
@@ -255,6 +256,7 @@ void hib_init(void)
     H.mem_fd = fd;
     H.mem_ino = st.st_ino;
     H.mem_dev = st.st_dev;
+    H.mem_pid = arch_syscall6(SYS_getpid, 0, 0, 0, 0, 0, 0);
     H.delay_ns = config.hibernate_ns;
     H.next_scan = 0;
     H.scanning = H.pending = false;
@@ -374,13 +376,18 @@ static int mem_fd(void)
 {
     struct stat st;
     int fd = LOAD_RELAXED(&H.mem_fd);
-    if (fd >= 0 && mem_stat(fd, &st) == 0 && st.st_ino == H.mem_ino && st.st_dev == H.mem_dev)
+    /* A forked child inherits the descriptor, which names its parent's
+     * memory (and passes the check below): its own is opened again. */
+    long pid = arch_syscall6(SYS_getpid, 0, 0, 0, 0, 0, 0);
+    if (fd >= 0 && pid == LOAD_RELAXED(&H.mem_pid) && mem_stat(fd, &st) == 0 &&
+        st.st_ino == H.mem_ino && st.st_dev == H.mem_dev)
         return fd;
     fd = mem_open();
     if (fd < 0 || mem_stat(fd, &st) != 0)
         die("fern: cannot open /proc/self/mem to restore a hibernated stack; aborting\n");
     H.mem_ino = st.st_ino;
     H.mem_dev = st.st_dev;
+    STORE_RELAXED(&H.mem_pid, pid);
     STORE_RELAXED(&H.mem_fd, fd);
     return fd;
 }
