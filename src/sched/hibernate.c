@@ -115,11 +115,14 @@ struct hib_block {
 #define B_SP(b) ((b)->frame[1])      /* the real saved stack pointer */
 #define B_LO(b) ((b)->frame[2])      /* the stack's lowest usable byte */
 #define B_WORD3(b) ((b)->frame[3])   /* bits 0-23: bytes saved, [sp, sp + live) =
-                                      * [sp, top); 24-31: touches; 32-63: ms (the
-                                      * clock's, mod 2^32) of the last touch */
+                                      * [sp, top); 24-31: touches; 32-63: when the
+                                      * last touch was (HIB_TICKS) */
 #define B_LIVE(b) (B_WORD3(b) & 0xffffffu)
 #define B_TOUCHES(b) ((unsigned)(B_WORD3(b) >> 24) & 0xffu)
-#define B_TOUCH_MS(b) ((uint32_t)(B_WORD3(b) >> 32))
+#define B_TOUCH_AT(b) ((uint32_t)(B_WORD3(b) >> 32))
+/* The clock in units of 65.5 us, mod 2^32 (a 78-hour wrap): differences of
+ * it are exact enough for the back-off below. */
+#define HIB_TICKS(ns) ((uint32_t)((uint64_t)(ns) >> 16))
 /* A stack restored by a touch and still parked is hibernated again only
  * once it has stayed parked delay << touches (touches capped here) since
  * that touch, and while threads keep running, 8 times that: a touch mostly
@@ -154,7 +157,7 @@ static struct {
     int64_t next_scan;          /* monitor only, like what follows */
     int64_t last_busy;          /* the last look that found workers busy */
     int64_t scan_start;
-    uint32_t now_ms;            /* the tick's clock, in ms mod 2^32 */
+    uint32_t now_ticks;         /* the tick's clock (HIB_TICKS) */
     bool quiet;                 /* no thread ran since the last tick */
     bool scanning, pending, marked;
     uint32_t touched;           /* a touch restored stacks: scan again (any thread) */
@@ -448,11 +451,11 @@ static void restore(struct item *v, unsigned n, bool touched)
         TRACE(trace_event(worker_self(), TR_RESTORE, n, v[0].t->id, 0));
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (touched) {
-        uint32_t ms = (uint32_t)(fern_now_ns() / 1000000);
+        uint32_t at = HIB_TICKS(fern_now_ns());
         for (unsigned i = 0; i < n; i++) {
             struct hib_block *b = v[i].b;
             unsigned c = B_TOUCHES(b) < HIB_TOUCH_BACKOFF_MAX ? B_TOUCHES(b) + 1 : B_TOUCHES(b);
-            B_WORD3(b) = B_LIVE(b) | (uint64_t)c << 24 | (uint64_t)ms << 32;
+            B_WORD3(b) = B_LIVE(b) | (uint64_t)c << 24 | (uint64_t)at << 32;
         }
     }
     /* Before the states: whoever sees one of them sees the count too. */
@@ -628,7 +631,7 @@ bool hib_scan_due(int64_t now, bool busy, int64_t *next)
 {
     if (!hib_on)
         return false;
-    H.now_ms = (uint32_t)(now / 1000000);
+    H.now_ticks = HIB_TICKS(now);
     H.quiet = !busy;
     if (LOAD_RELAXED(&H.touched)) {
         STORE_RELAXED(&H.touched, 0);
@@ -686,7 +689,7 @@ void hib_scan_thread(fern_thread *t)
         if (was) {
             /* Ours while BUSY (hib_resume waits): its block is stable. */
             struct hib_block *b = (struct hib_block *)LOAD_RELAXED(&t->sp);
-            int64_t since = (int64_t)(uint32_t)(H.now_ms - B_TOUCH_MS(b)) * 1000000;
+            int64_t since = (int64_t)(uint32_t)(H.now_ticks - B_TOUCH_AT(b)) << 16;
             int64_t wait = H.delay_ns << B_TOUCHES(b);
             if (B_TOUCHES(b) && (since < wait || (!H.quiet && since < 8 * wait))) {
                 hib_release(t, h);
