@@ -410,6 +410,25 @@ static void mem_write(int fd, char *dst, const char *src, size_t n)
     }
 }
 
+/* Block every signal but the synchronous faults on this kernel thread (the
+ * old mask in *old). A thread that has taken a stack to H_RESTORING must
+ * not run a signal handler until the stack is back: a handler that reads
+ * it (preemption's reads the running thread's stack header, and hib_resume
+ * restores the running thread) would fault, find it RESTORING and wait for
+ * this very restore, for ever. So the callers that take a stack to
+ * RESTORING outside a fault handler block before the CAS, not only in
+ * restore(). */
+static void signals_block(sigset_t *old)
+{
+    sigset_t all;
+    sigfillset(&all);
+    sigdelset(&all, SIGSEGV);
+    sigdelset(&all, SIGBUS);
+    sigdelset(&all, SIGILL);
+    sigdelset(&all, SIGFPE);
+    pthread_sigmask(SIG_BLOCK, &all, old);
+}
+
 /* Restore n stacks whose threads the caller moved to H_RESTORING, in
  * ascending address order. Nobody may see a page between the removal of
  * its guard and the return of its bytes (it would read zeros), so the
@@ -427,13 +446,8 @@ static void restore(struct item *v, unsigned n, bool touched)
      * stack being restored here (preemption's reads the running thread's,
      * which is this one's while it restores itself, or while a switch to
      * it restores it) would wait for this very restore. Faults stay open. */
-    sigset_t all, old;
-    sigfillset(&all);
-    sigdelset(&all, SIGSEGV);
-    sigdelset(&all, SIGBUS);
-    sigdelset(&all, SIGILL);
-    sigdelset(&all, SIGFPE);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
+    sigset_t old;
+    signals_block(&old);
     int fd = mem_fd();
     if (!protect_runs(v, n, PROT_NONE))
         die("fern: cannot protect a hibernated stack while it is restored (vm.max_map_count?); "
@@ -519,12 +533,18 @@ bool hib_fault(const void *addr)
         case H_RESTORING:  /* someone else restores it */
             wait_a_bit(&spins);
             continue;
-        case H_DONE:
-            if (!CAS(&t->hib, &h, H_RESTORING))
+        case H_DONE: {
+            sigset_t old;
+            signals_block(&old); /* before the CAS (signals_block) */
+            bool mine = CAS(&t->hib, &h, H_RESTORING);
+            if (mine)
+                restore_touched(t, &r);
+            pthread_sigmask(SIG_SETMASK, &old, NULL);
+            if (!mine)
                 continue;
-            restore_touched(t, &r);
             miss_addr = NULL;
             return true;
+        }
         default: {
             /* Not hibernated now: it was at the fault and was restored
              * since, so retry. A fault again at the same address with no
@@ -569,9 +589,14 @@ bool hib_touch(const void *p, size_t n)
                 continue;
             }
             if (h == H_DONE) {
-                if (!CAS(&t->hib, &h, H_RESTORING))
+                sigset_t old;
+                signals_block(&old); /* before the CAS (signals_block) */
+                bool mine = CAS(&t->hib, &h, H_RESTORING);
+                if (mine)
+                    restore_touched(t, &r);
+                pthread_sigmask(SIG_SETMASK, &old, NULL);
+                if (!mine)
                     continue;
-                restore_touched(t, &r);
                 any = true;
             }
             break;
@@ -598,7 +623,10 @@ void *hib_resume(fern_thread *t, void *block)
     struct hib_block *b = block;
     struct item it;
     unsigned spins = 0;
-    /* Signals are blocked while restore() runs (see there). */
+    /* t runs, with its stack hibernated: no signal handler until it is
+     * back (signals_block). */
+    sigset_t old;
+    signals_block(&old);
     for (;;) {
         uint8_t h = LOAD(&t->hib);
         if (h == H_RESIDENT || h == H_RESIDENT_SEEN) {
@@ -617,6 +645,7 @@ void *hib_resume(fern_thread *t, void *block)
         }
         wait_a_bit(&spins); /* a toucher restores it, or the monitor lets go */
     }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     void *sp = (void *)B_SP(b);
     size_t bytes = sizeof *b + (size_t)B_LIVE(b);
     STORE((fern_thread **)B_OWNER(b), NULL);
