@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Stack hibernation: a green thread parked for config.hibernate_ns has the
- * live part of its stack, [sp, top), copied into a heap block, and its
- * whole stack [lo, top) turned into guard markers (MADV_GUARD_INSTALL,
- * which frees the pages and leaves the mapping whole). Its saved stack
+ * live part of its stack, [sp, top), copied into a heap block, its pages
+ * freed, and the pages that held [sp, top) turned into guard markers
+ * (MADV_GUARD_INSTALL, which leaves the mapping whole; the pages below stay
+ * empty: nothing live is there). Its saved stack
  * pointer then points at a switch frame in the block that leads to
  * fern_hib_entry (arch/<arch>/switch.S), so the switch that resumes it
  * needs no test: it lands in hib_resume, which copies the stack back to the
@@ -12,8 +13,10 @@
  * is not being hibernated pays one load and branch (hib_gate).
  *
  * Who hibernates: the monitor (watch/monitor.c), in batches, never a worker.
- * A batch of up to HIB_BATCH threads costs one membarrier, one mprotect
- * pair per run of adjacent slots, and one process_madvise for all guards.
+ * A batch of up to HIB_BATCH threads costs one membarrier, three mprotect
+ * calls and one MADV_DONTNEED per run of adjacent slots, and one
+ * process_madvise for all guards (a page each, on pages already empty: no
+ * zap and no TLB flush per stack).
  *
  * Claiming a parked thread (the handshake with the wake paths). A thread is
  * a candidate only in T_PARKED, which the wait's after-switch action stores
