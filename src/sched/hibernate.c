@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Stack hibernation: a green thread parked for config.hibernate_ns has the
- * live part of its stack, [sp, top), copied into a heap block, and its
- * whole stack [lo, top) turned into guard markers (MADV_GUARD_INSTALL,
- * which frees the pages and leaves the mapping whole). Its saved stack
+ * live part of its stack, [sp, top), copied into a heap block, its pages
+ * freed, and the pages that held [sp, top) turned into guard markers
+ * (MADV_GUARD_INSTALL, which leaves the mapping whole; the pages below stay
+ * empty: nothing live is there). Its saved stack
  * pointer then points at a switch frame in the block that leads to
  * fern_hib_entry (arch/<arch>/switch.S), so the switch that resumes it
  * needs no test: it lands in hib_resume, which copies the stack back to the
@@ -14,8 +15,10 @@
  * line side, which fern_slow.hib (base/slow.h) sends it to from hib_init on.
  *
  * Who hibernates: the monitor (watch/monitor.c), in batches, never a worker.
- * A batch of up to HIB_BATCH threads costs one membarrier, one mprotect
- * pair per run of adjacent slots, and one process_madvise for all guards.
+ * A batch of up to HIB_BATCH threads costs one membarrier, three mprotect
+ * calls and one MADV_DONTNEED per run of adjacent slots, and one
+ * process_madvise for all guards (a page each, on pages already empty: no
+ * zap and no TLB flush per stack).
  *
  * Claiming a parked thread (the handshake with the wake paths). A thread is
  * a candidate only in T_PARKED, which the wait's after-switch action stores
@@ -116,7 +119,24 @@ struct hib_block {
 };
 #define B_SP(b) ((b)->frame[1])      /* the real saved stack pointer */
 #define B_LO(b) ((b)->frame[2])      /* the stack's lowest usable byte */
-#define B_LIVE(b) ((b)->frame[3])    /* bytes saved: [sp, sp + live) = [sp, top) */
+#define B_WORD3(b) ((b)->frame[3])   /* bits 0-23: bytes saved, [sp, sp + live) =
+                                      * [sp, top); 24-31: touches; 32-63: when the
+                                      * last touch was (HIB_TICKS) */
+#define B_LIVE(b) (B_WORD3(b) & 0xffffffu)
+#define B_TOUCHES(b) ((unsigned)(B_WORD3(b) >> 24) & 0xffu)
+#define B_TOUCH_AT(b) ((uint32_t)(B_WORD3(b) >> 32))
+/* The clock in units of 65.5 us, mod 2^32 (a 78-hour wrap): differences of
+ * it are exact enough for the back-off below. */
+#define HIB_TICKS(ns) ((uint32_t)((uint64_t)(ns) >> 16))
+/* A stack restored by a touch and still parked is hibernated again only
+ * once it has stayed parked delay << touches (touches capped here) since
+ * that touch, and while threads keep running, 8 times that: a touch mostly
+ * comes just before a wake-up (a broadcast's walk, then a mutex's hand-off
+ * to each heir the walk restored), and a queue of a million heirs drained
+ * over seconds would otherwise be hibernated again behind the walk and
+ * restored twice. A stack touched again and again stays out longer each
+ * time; a thread that runs forgets it (its block is freed). */
+#define HIB_TOUCH_BACKOFF_MAX 4u
 #define B_OWNER(b) ((b)->frame[6])   /* the slab's owner entry of the slot */
 
 bool hib_on;
@@ -142,12 +162,15 @@ static struct {
     int64_t next_scan;          /* monitor only, like what follows */
     int64_t last_busy;          /* the last look that found workers busy */
     int64_t scan_start;
+    uint32_t now_ticks;         /* the tick's clock (HIB_TICKS) */
+    bool quiet;                 /* no thread ran since the last tick */
     bool scanning, pending, marked;
     uint32_t touched;           /* a touch restored stacks: scan again (any thread) */
     uint32_t gen;               /* +1 each time stacks become accessible again */
     int mem_fd;                 /* /proc/self/mem (mem_fd) */
     ino_t mem_ino;
     dev_t mem_dev;
+    long mem_pid;               /* the process that opened mem_fd */
     fern_thread *batch[HIB_BATCH];
     bool was[HIB_BATCH];        /* batch[i] was H_RESIDENT (has its block) */
     struct item items[HIB_BATCH];
@@ -241,6 +264,7 @@ void hib_init(void)
     H.mem_fd = fd;
     H.mem_ino = st.st_ino;
     H.mem_dev = st.st_dev;
+    H.mem_pid = arch_syscall6(SYS_getpid, 0, 0, 0, 0, 0, 0);
     H.delay_ns = config.hibernate_ns;
     H.next_scan = 0;
     H.scanning = H.pending = false;
@@ -302,18 +326,50 @@ bool hib_wake_slow(fern_thread *t)
 
 /* ---- restoring ---- */
 
+/* The last item of the run of adjacent slots that starts at v[i]. */
+static unsigned run_end(const struct item *v, unsigned n, unsigned i)
+{
+    while (i + 1 < n && v[i + 1].lo == v[i].top + stack_page())
+        i++;
+    return i;
+}
+
 /* mprotect every run of adjacent items' slots [lo, top). */
 static bool protect_runs(struct item *v, unsigned n, int prot)
 {
     for (unsigned i = 0; i < n;) {
-        unsigned j = i;
-        while (j + 1 < n && v[j + 1].lo == v[j].top + stack_page())
-            j++;
+        unsigned j = run_end(v, n, i);
         if (mprotect(v[i].lo, (size_t)(v[j].top - v[i].lo), prot) != 0)
             return false;
         i = j + 1;
     }
     return true;
+}
+
+/* Free the pages of every run of adjacent items' slots: one MADV_DONTNEED
+ * (one page walk and one TLB flush) per run, not one per stack. It leaves
+ * guard markers in place (the slots' own guard pages between the stacks of
+ * a run stay guards). */
+static bool release_runs(struct item *v, unsigned n)
+{
+    for (unsigned i = 0; i < n;) {
+        unsigned j = run_end(v, n, i);
+        if (madvise(v[i].lo, (size_t)(v[j].top - v[i].lo), MADV_DONTNEED) != 0)
+            return false;
+        i = j + 1;
+    }
+    return true;
+}
+
+/* The pages of an item's stack that hold its live bytes, [sp, top) rounded
+ * out to whole pages: the only ones that get guard markers. The pages below
+ * are left empty: a touch there (below the saved stack pointer: nothing
+ * live) reads zeros as on a fresh stack, and restoring has no markers to
+ * remove there. */
+static struct iovec live_pages(const struct item *it)
+{
+    char *lo = (char *)((uintptr_t)it->sp & ~(uintptr_t)(stack_page() - 1));
+    return (struct iovec){lo, (size_t)(it->top - lo)};
 }
 
 static void die(const char *msg)
@@ -330,13 +386,18 @@ static int mem_fd(void)
 {
     struct stat st;
     int fd = LOAD_RELAXED(&H.mem_fd);
-    if (fd >= 0 && mem_stat(fd, &st) == 0 && st.st_ino == H.mem_ino && st.st_dev == H.mem_dev)
+    /* A forked child inherits the descriptor, which names its parent's
+     * memory (and passes the check below): its own is opened again. */
+    long pid = arch_syscall6(SYS_getpid, 0, 0, 0, 0, 0, 0);
+    if (fd >= 0 && pid == LOAD_RELAXED(&H.mem_pid) && mem_stat(fd, &st) == 0 &&
+        st.st_ino == H.mem_ino && st.st_dev == H.mem_dev)
         return fd;
     fd = mem_open();
     if (fd < 0 || mem_stat(fd, &st) != 0)
         die("fern: cannot open /proc/self/mem to restore a hibernated stack; aborting\n");
     H.mem_ino = st.st_ino;
     H.mem_dev = st.st_dev;
+    STORE_RELAXED(&H.mem_pid, pid);
     STORE_RELAXED(&H.mem_fd, fd);
     return fd;
 }
@@ -356,6 +417,25 @@ static void mem_write(int fd, char *dst, const char *src, size_t n)
     }
 }
 
+/* Block every signal but the synchronous faults on this kernel thread (the
+ * old mask in *old). A thread that has taken a stack to H_RESTORING must
+ * not run a signal handler until the stack is back: a handler that reads
+ * it (preemption's reads the running thread's stack header, and hib_resume
+ * restores the running thread) would fault, find it RESTORING and wait for
+ * this very restore, for ever. So the callers that take a stack to
+ * RESTORING outside a fault handler block before the CAS, not only in
+ * restore(). */
+static void signals_block(sigset_t *old)
+{
+    sigset_t all;
+    sigfillset(&all);
+    sigdelset(&all, SIGSEGV);
+    sigdelset(&all, SIGBUS);
+    sigdelset(&all, SIGILL);
+    sigdelset(&all, SIGFPE);
+    pthread_sigmask(SIG_BLOCK, &all, old);
+}
+
 /* Restore n stacks whose threads the caller moved to H_RESTORING, in
  * ascending address order. Nobody may see a page between the removal of
  * its guard and the return of its bytes (it would read zeros), so the
@@ -366,20 +446,15 @@ static void restore(struct item *v, unsigned n, bool touched)
     struct iovec iov[HIB_TOUCH_BATCH];
     long want = 0;
     for (unsigned i = 0; i < n; i++) {
-        iov[i] = (struct iovec){v[i].lo, (size_t)(v[i].top - v[i].lo)};
+        iov[i] = live_pages(&v[i]);
         want += (long)iov[i].iov_len;
     }
     /* No signal handler may run on this thread meanwhile: one that reads a
      * stack being restored here (preemption's reads the running thread's,
      * which is this one's while it restores itself, or while a switch to
      * it restores it) would wait for this very restore. Faults stay open. */
-    sigset_t all, old;
-    sigfillset(&all);
-    sigdelset(&all, SIGSEGV);
-    sigdelset(&all, SIGBUS);
-    sigdelset(&all, SIGILL);
-    sigdelset(&all, SIGFPE);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
+    sigset_t old;
+    signals_block(&old);
     int fd = mem_fd();
     if (!protect_runs(v, n, PROT_NONE))
         die("fern: cannot protect a hibernated stack while it is restored (vm.max_map_count?); "
@@ -396,6 +471,14 @@ static void restore(struct item *v, unsigned n, bool touched)
     if (!touched)
         TRACE(trace_event(worker_self(), TR_RESTORE, n, v[0].t->id, 0));
     pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (touched) {
+        uint32_t at = HIB_TICKS(fern_now_ns());
+        for (unsigned i = 0; i < n; i++) {
+            struct hib_block *b = v[i].b;
+            unsigned c = B_TOUCHES(b) < HIB_TOUCH_BACKOFF_MAX ? B_TOUCHES(b) + 1 : B_TOUCHES(b);
+            B_WORD3(b) = B_LIVE(b) | (uint64_t)c << 24 | (uint64_t)at << 32;
+        }
+    }
     /* Before the states: whoever sees one of them sees the count too. */
     ADD_RELAXED(&H.gen, 1);
     hib_release_fence();
@@ -457,12 +540,18 @@ bool hib_fault(const void *addr)
         case H_RESTORING:  /* someone else restores it */
             wait_a_bit(&spins);
             continue;
-        case H_DONE:
-            if (!CAS(&t->hib, &h, H_RESTORING))
+        case H_DONE: {
+            sigset_t old;
+            signals_block(&old); /* before the CAS (signals_block) */
+            bool mine = CAS(&t->hib, &h, H_RESTORING);
+            if (mine)
+                restore_touched(t, &r);
+            pthread_sigmask(SIG_SETMASK, &old, NULL);
+            if (!mine)
                 continue;
-            restore_touched(t, &r);
             miss_addr = NULL;
             return true;
+        }
         default: {
             /* Not hibernated now: it was at the fault and was restored
              * since, so retry. A fault again at the same address with no
@@ -507,9 +596,14 @@ bool hib_touch(const void *p, size_t n)
                 continue;
             }
             if (h == H_DONE) {
-                if (!CAS(&t->hib, &h, H_RESTORING))
+                sigset_t old;
+                signals_block(&old); /* before the CAS (signals_block) */
+                bool mine = CAS(&t->hib, &h, H_RESTORING);
+                if (mine)
+                    restore_touched(t, &r);
+                pthread_sigmask(SIG_SETMASK, &old, NULL);
+                if (!mine)
                     continue;
-                restore_touched(t, &r);
                 any = true;
             }
             break;
@@ -536,7 +630,10 @@ void *hib_resume(fern_thread *t, void *block)
     struct hib_block *b = block;
     struct item it;
     unsigned spins = 0;
-    /* Signals are blocked while restore() runs (see there). */
+    /* t runs, with its stack hibernated: no signal handler until it is
+     * back (signals_block). */
+    sigset_t old;
+    signals_block(&old);
     for (;;) {
         uint8_t h = LOAD(&t->hib);
         if (h == H_RESIDENT || h == H_RESIDENT_SEEN) {
@@ -555,6 +652,7 @@ void *hib_resume(fern_thread *t, void *block)
         }
         wait_a_bit(&spins); /* a toucher restores it, or the monitor lets go */
     }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     void *sp = (void *)B_SP(b);
     size_t bytes = sizeof *b + (size_t)B_LIVE(b);
     STORE((fern_thread **)B_OWNER(b), NULL);
@@ -569,6 +667,8 @@ bool hib_scan_due(int64_t now, bool busy, int64_t *next)
 {
     if (!hib_on)
         return false;
+    H.now_ticks = HIB_TICKS(now);
+    H.quiet = !busy;
     if (LOAD_RELAXED(&H.touched)) {
         STORE_RELAXED(&H.touched, 0);
         busy = true;
@@ -622,6 +722,16 @@ void hib_scan_thread(fern_thread *t)
      * block it has (its live range has not changed). */
     bool was = h == H_RESIDENT || h == H_RESIDENT_SEEN;
     if ((h == H_NONE || h == H_SEEN || was) && CAS(&t->hib, &h, H_BUSY)) {
+        if (was) {
+            /* Ours while BUSY (hib_resume waits): its block is stable. */
+            struct hib_block *b = (struct hib_block *)LOAD_RELAXED(&t->sp);
+            int64_t since = (int64_t)(uint32_t)(H.now_ticks - B_TOUCH_AT(b)) << 16;
+            int64_t wait = H.delay_ns << B_TOUCHES(b);
+            if (B_TOUCHES(b) && (since < wait || (!H.quiet && since < 8 * wait))) {
+                hib_release(t, h);
+                return;
+            }
+        }
         H.was[H.n] = was;
         H.batch[H.n++] = t;
         if (H.n == HIB_BATCH)
@@ -682,31 +792,37 @@ void hib_scan_flush(void)
             struct hib_block *b = v[i].b;
             size_t live = (size_t)(v[i].top - v[i].sp);
             copy_words(b->data, v[i].sp, live);
-            if (v[i].resident) {
-                H.iov[i] = (struct iovec){v[i].lo, (size_t)(v[i].top - v[i].lo)};
+            H.iov[i] = live_pages(&v[i]);
+            if (v[i].resident)
                 continue;
-            }
             arch_hib_frame(b->frame, b->data, v[i].t, b);
             B_SP(b) = (uint64_t)(uintptr_t)v[i].sp;
             B_LO(b) = (uint64_t)(uintptr_t)v[i].lo;
-            B_LIVE(b) = live;
+            B_WORD3(b) = live;
             B_OWNER(b) = (uint64_t)(uintptr_t)v[i].owner;
-            H.iov[i] = (struct iovec){v[i].lo, (size_t)(v[i].top - v[i].lo)};
         }
-        /* Readers too must fault from here on: while a guard goes in, a
-         * read of a page already emptied would see zeros. */
+        /* Readers too must fault from here on: once a page is freed, a
+         * read of it would see zeros. The pages go with one MADV_DONTNEED
+         * per run of adjacent slots; then the guard markers go in over the
+         * live pages alone, which are empty by then (no page to free, no
+         * TLB flush per stack). */
         if (!protect_runs(v, m, PROT_NONE))
             die("fern: cannot protect stacks being hibernated (vm.max_map_count?); aborting\n");
-        long done = madvise_many(H.iov, m, MADV_GUARD_INSTALL);
+        long done = -1;
+        if (release_runs(v, m))
+            done = madvise_many(H.iov, m, MADV_GUARD_INSTALL);
         /* Guards go in in order: the first k stacks are hibernated. */
         for (long left = done; k < m && left >= (long)H.iov[k].iov_len; k++)
             left -= (long)H.iov[k].iov_len;
-        if (k < m && done >= 0) {
-            /* A range half done has lost pages: remove its guards and put
-             * the bytes back (it stays resident). */
-            struct iovec one = H.iov[k];
-            if (madvise_many(&one, 1, MADV_GUARD_REMOVE) == (long)one.iov_len)
-                mem_write(mem_fd(), v[k].sp, v[k].b->data, (size_t)(v[k].top - v[k].sp));
+        /* The others have lost their pages (or some): remove any guard
+         * half put in and put their bytes back; they stay resident. */
+        if (k < m) {
+            int fd = mem_fd();
+            for (unsigned i = k; i < m; i++) {
+                if (madvise_many(&H.iov[i], 1, MADV_GUARD_REMOVE) != (long)H.iov[i].iov_len)
+                    die("fern: cannot undo a failed hibernation; aborting\n");
+                mem_write(fd, v[i].sp, v[i].b->data, (size_t)(v[i].top - v[i].sp));
+            }
         }
         for (unsigned i = 0; i < k; i++)
             if (!v[i].resident)

@@ -48,6 +48,13 @@
 #endif
 
 struct stacks S;
+/* The slab the last lookup found: hibernation's lookups (a broadcast
+ * touching its waiters' stacks one after another, the monitor's batches in
+ * address order) mostly land in it again, and the list holds a thousand
+ * slabs at a million threads. Slabs are freed only by stack_fini (which clears it), so a
+ * stale hint is still a slab; it is only a guess, read and written relaxed
+ * by any thread (a signal handler too). */
+static struct slab *slot_hint;
 
 int stack_class(size_t size, size_t *rounded)
 {
@@ -185,6 +192,7 @@ int stack_guard_batched(void)
 
 void stack_fini(void)
 {
+    STORE_RELAXED(&slot_hint, NULL);
     struct slab *s = S.slabs;
     while (s) {
         struct slab *n = s->next;
@@ -349,23 +357,33 @@ struct stack *slot_init(char *slot, int cls, int mode, bool guarded)
  * range is first asked with mincore (no flush), and only stacks that did
  * touch pages there are trimmed. */
 
+static bool slot_in(const struct slab *sl, const char *a, struct slot_ref *r)
+{
+    size_t i = (size_t)(a - sl->base) / sl->stride;
+    char *slot = sl->base + i * sl->stride;
+    r->lo = slot + S.page;
+    r->top = slot + sl->stride;
+    r->owners = sl->owner;
+    r->index = i;
+    r->nslots = sl->bytes / sl->stride;
+    r->stride = sl->stride;
+    return true;
+}
+
+
 bool stack_slot_of(const void *addr, struct slot_ref *r)
 {
     const char *a = addr;
+    struct slab *h = LOAD_RELAXED(&slot_hint);
+    if (h && a >= h->base && a < h->base + h->bytes && h->owner)
+        return slot_in(h, a, r);
     for (struct slab *sl = LOAD(&S.slabs); sl; sl = LOAD_RELAXED(&sl->next)) {
         if (a < sl->base || a >= sl->base + sl->bytes)
             continue;
         if (!sl->owner)
             return false;
-        size_t i = (size_t)(a - sl->base) / sl->stride;
-        char *slot = sl->base + i * sl->stride;
-        r->lo = slot + S.page;
-        r->top = slot + sl->stride;
-        r->owners = sl->owner;
-        r->index = i;
-        r->nslots = sl->bytes / sl->stride;
-        r->stride = sl->stride;
-        return true;
+        STORE_RELAXED(&slot_hint, sl);
+        return slot_in(sl, a, r);
     }
     return false;
 }

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -339,6 +340,40 @@ TEST_F(Hibernate, OptOutNeverHibernated) {
     ASSERT_EQ(0, fern_join(a, nullptr));
     ASSERT_EQ(0, fern_join(b, nullptr));
     EXPECT_EQ(2, w.intact.load());
+}
+
+// A forked child that touches a hibernated stack restores it in its own
+// memory: the /proc/self/mem descriptor it inherits names its parent's, and
+// writing the bytes back through it failed there (the child aborted).
+TEST_F(Hibernate, ForkedChildRestoresItsOwnCopy) {
+    World w;
+    w.slots.assign(1, nullptr);
+    fern_thread *a;
+    ASSERT_EQ(0, spawn(&a, nullptr, [&] { park_and_check(&w, 0, nullptr); }));
+    ASSERT_TRUE(wait_until([&] { return w.ready == 1; }));
+    ASSERT_TRUE(wait_hibernated(1));
+    pid_t pid = fork();
+    if (pid == 0) {
+        // Only this kernel thread lives here; raw system calls only.
+        Slot *s = w.slots[0];
+        bool ok = s->tag == tag_of(0);
+        s->foreign[0] = 99; // the child's copy only
+        _exit(ok && s->foreign[0] == 99 ? 0 : 3);
+    }
+    ASSERT_GT(pid, 0);
+    int st = 0;
+    ASSERT_EQ(pid, waitpid(pid, &st, 0));
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "child status " << st;
+    EXPECT_GE(stats().hibernated + stats().hibernate_restores, 1u);
+    touch_range(&w, 0, 1); // the parent's stack: its own bytes, its own writes
+    ASSERT_EQ(0, run_green([&] {
+        fern_mutex_lock(&w.mu);
+        w.go = true;
+        fern_cond_broadcast(&w.cv);
+        fern_mutex_unlock(&w.mu);
+    }));
+    ASSERT_EQ(0, fern_join(a, nullptr));
+    EXPECT_EQ(1, w.intact.load());
 }
 
 // fern_blocking's helper thread reads into a buffer on the caller's stack:
