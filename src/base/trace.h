@@ -45,7 +45,7 @@ enum trace_type {
     TR_SPARE_END,   /* a compensation worker found nothing to do and ended: a = its track */
     TR_RESCUE,      /* the monitor moved threads off a worker asleep in the kernel: a = track, b = how many */
     TR_HIBERNATE,   /* the monitor hibernated a batch of parked threads' stacks: a = how many, b = heap bytes */
-    TR_RESTORE,     /* hibernated stacks restored for a resume or a wake-up (not a touch): a = how many, b = first thread's id */
+    TR_RESTORE,     /* hibernated stacks restored for a resume or a wake-up (a touch: trace_touch): a = how many, b = first thread's id */
     TR_TYPES
 };
 enum { TRW_HANDOFF = 1, TRW_TAIL = 2, TRW_TIMER = 4, TRW_POLL = 8, TRW_REMOTE = 16 };
