@@ -28,22 +28,24 @@
  * slice), so a slice nests in its track and every wake-up has its arrow.
  * Preemptions, steals, migrations, poller wake-ups, the monitor's spares
  * and rescues are instant events; fern_blocking jobs are slices on their
- * helper's track; the writer samples runnable / parked / live threads as a
- * counter when it drains, at most every COUNTER_NS. Times are
- * microseconds since the session began.
+ * helper's track; the writer samples running / runnable / parked / live
+ * threads as four counters when it drains, at most every COUNTER_NS. With
+ * FERN_TRACE_THREADS=1 each run is drawn again on its thread's own track
+ * (thread_slice). Times are microseconds since the session began.
  *
  * Writer. In file mode a kernel thread ("fern-trace") drains every buffer
  * when the fullest is about an eighth full (every 0.25 to 100 ms), formats
  * with hand-written number formatting (no stdio: the same code serves the
- * crash path) and
- * write()s in large blocks; fern_trace_stop joins it after its last drain.
+ * crash path) and writes in large blocks; fern_trace_stop joins it after
+ * its last drain.
  * The flight recorder (FERN_TRACE=ring) has no writer: its buffers are
  * rings, and a dump (fern_dump and so the dump signal, a deadlock report, a
  * crash report) formats each worker's last events into a file of its own.
  * The crash dump runs in a signal handler: it takes no lock (a flag that
- * it skips when set), allocates nothing, and calls only open, write and
- * close. In file mode the crash report parks the writer and appends the
- * events it had not drained (file_crash).
+ * it skips when set), allocates nothing, and makes only raw openat, write
+ * and close system calls (sys_open: never fern-hook's). In file mode the
+ * crash report parks the writer and appends the events it had not drained
+ * (file_crash).
  */
 #include "debug/debug.h"
 #include "sched/trace.h"

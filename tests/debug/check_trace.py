@@ -23,7 +23,8 @@ through fern_trace_start / fern_trace_stop, and checks each file:
   - the thread counters were sampled: "running", "runnable", "parked" and
     "live", each with its "threads" value, all four at every sample, parked
     being live less running and runnable (0 where that is negative), and
-    some sample shows the scenario's threads live and one of them parked;
+    some sample shows main parked in its joins while a thread it spawned
+    lives (samples are 10 to 100 ms apart: how many is the writer's pace);
   - a per-thread track only where asked for: with FERN_TRACE_THREADS=1 (a
     third run) every named thread has a named track of its own, in the
     process "fern green threads", holding exactly its runs (the same start,
@@ -67,7 +68,7 @@ def check_counters(path, ev):
             fail("%s: the counters sampled at %s are %s, not all four" % (path, ts, sorted(v)))
         if v["parked"] != max(0, v["live"] - v["running"] - v["runnable"]):
             fail("%s: counters at %s do not add up: %r" % (path, ts, v))
-        busy += v["live"] >= 5 and v["parked"] >= 1
+        busy += v["live"] >= 2 and v["parked"] >= 1  # main, parked in its joins
     if not busy:
         fail("%s: no counter sample shows the scenario's threads: %r" % (path, samples))
 
