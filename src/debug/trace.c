@@ -49,7 +49,6 @@
  */
 #include "debug/debug.h"
 #include "sched/trace.h"
-#include "arch/syscall.h"
 
 #include <fcntl.h>
 #include <sys/syscall.h>
@@ -115,18 +114,13 @@ static struct {
 
 static __thread int32_t my_tid;
 
-/* The file's and the dumps' system calls, raw: the writes happen on a
- * green thread (fern_dump), in a signal handler (a crash report) or beside
- * fern-hook, whose open, write and close would park a green thread or take
- * its locks; these never go through libc (nor touch errno). Each returns
- * what the kernel did: a count or a descriptor, or -errno. */
+/* The dumps' system calls, raw like sys_write (debug.h): they happen on a
+ * green thread (fern_dump) or in a signal handler (a crash report), where
+ * fern-hook's open, write and close would park a green thread or take its
+ * locks. Each returns a descriptor or 0, or -errno. */
 static int sys_open(const char *path, int flags)
 {
     return (int)arch_syscall6(SYS_openat, AT_FDCWD, (long)path, flags | O_CLOEXEC, 0644, 0, 0);
-}
-static long sys_write(int fd, const void *p, size_t n)
-{
-    return arch_syscall6(SYS_write, fd, (long)p, (long)n, 0, 0, 0);
 }
 static int sys_close(int fd) { return (int)arch_syscall6(SYS_close, fd, 0, 0, 0, 0, 0); }
 
