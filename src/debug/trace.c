@@ -383,13 +383,15 @@ void trace_touch(uint64_t n, uint64_t first)
     } while (!__atomic_compare_exchange_n(&T.head, &h, h + 1, true, __ATOMIC_ACQUIRE,
                                           __ATOMIC_RELAXED));
     struct touch_rec *r = &T.rec[h % TOUCHES];
-    STORE_RELAXED(&r->seq, 0); /* a ring's reader skips it meanwhile */
-    __atomic_thread_fence(__ATOMIC_RELEASE); /* ... before it sees any field change */
-    STORE_RELAXED(&r->ts, trace_clock());
-    STORE_RELAXED(&r->n, n);
-    STORE_RELAXED(&r->first, first);
-    STORE_RELAXED(&r->session, session);
-    STORE_RELAXED(&r->tid, (int32_t)arch_syscall6(SYS_gettid, 0, 0, 0, 0, 0, 0));
+    /* A ring's reader skips the slot meanwhile: the fields are stored with
+     * release, so one that sees a new field sees this 0 (or later) when it
+     * reads seq again. */
+    STORE_RELAXED(&r->seq, 0);
+    STORE(&r->ts, trace_clock());
+    STORE(&r->n, n);
+    STORE(&r->first, first);
+    STORE(&r->session, session);
+    STORE(&r->tid, (int32_t)arch_syscall6(SYS_gettid, 0, 0, 0, 0, 0, 0));
     STORE(&r->seq, h + 1);
 }
 
@@ -897,11 +899,12 @@ static void touches_format(struct fmt *f, bool ring)
                 continue;
             break;
         }
-        struct trace_ev e = {0, LOAD_RELAXED(&r->n), LOAD_RELAXED(&r->first), 0};
-        uint64_t ts = LOAD_RELAXED(&r->ts);
-        int32_t tid = LOAD_RELAXED(&r->tid);
-        bool mine = LOAD_RELAXED(&r->session) == session;
-        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        /* Acquire loads: seq's second read comes after them (and sees the
+         * slot taken again if any field is a newer record's). */
+        struct trace_ev e = {0, LOAD(&r->n), LOAD(&r->first), 0};
+        uint64_t ts = LOAD(&r->ts);
+        int32_t tid = LOAD(&r->tid);
+        bool mine = LOAD(&r->session) == session;
         if (ring && LOAD_RELAXED(&r->seq) != x + 1)
             continue; /* overwritten while it was read */
         if (mine)
