@@ -128,7 +128,7 @@ static inline uint32_t trace_flow_new(struct trace_buf *b)
     b->flow_seq = (b->flow_seq + 1) & 0xfffff;
     if (!b->flow_seq)
         b->flow_seq = 1;
-    return (b->track & 0xff) << 24 | b->flow_seq;
+    return (LOAD_RELAXED(&b->track) & 0xff) << 24 | b->flow_seq;
 }
 
 /* Record one event at time ts into the owner's buffer b. */

@@ -161,15 +161,19 @@ static struct trace_buf *buf_alloc(uint32_t events, bool ring)
     return b;
 }
 
-/* List b in this session's registry as a track; false if full. */
+/* List b in this session's registry as a track; false if full. Under b's
+ * spin lock too: the shared buffer's writers (put_outside) may be at it;
+ * a worker's is listed by its owner, and the monitor reads its track
+ * (trace_track) unlocked. */
 static bool buf_list(struct trace_buf *b, uint32_t session)
 {
     bool ok = false;
     spin_lock(&S.reg_lock);
+    spin_lock(&b->lock);
     if (LOAD_RELAXED(&trace_session) == session && S.ntracks < TRACKS_MAX) {
         uint32_t i = S.ntracks;
-        b->track = i + 1;
-        b->tail = LOAD_RELAXED(&b->head);
+        STORE_RELAXED(&b->track, i + 1);
+        STORE_RELAXED(&b->tail, LOAD_RELAXED(&b->head));
         b->flow_seq = 0;
         S.dropped0[i] = LOAD_RELAXED(&b->dropped);
         STORE_RELAXED(&b->session, session);
@@ -180,9 +184,10 @@ static bool buf_list(struct trace_buf *b, uint32_t session)
         /* Not listed: it records for nobody (and drops once full) rather
          * than ask again at every event. */
         STORE_RELAXED(&b->session, session);
-        b->tail = LOAD_RELAXED(&b->head);
+        STORE_RELAXED(&b->tail, LOAD_RELAXED(&b->head));
         S.unlisted++;
     }
+    spin_unlock(&b->lock);
     spin_unlock(&S.reg_lock);
     return ok;
 }
@@ -200,7 +205,7 @@ static __attribute__((noinline)) struct trace_buf *buf_setup(struct worker *w)
          * trace_fini: nothing else refers to it. */
         if (!(b = buf_alloc(events, ring)))
             return NULL;
-        STORE_RELAXED(&w->trace, b);
+        STORE(&w->trace, b); /* its zeroed head: for trace_track (the monitor) */
     }
     b->tid = w->tid;
     /* Clusters are numbered in the order their workers first record. */
@@ -1118,7 +1123,9 @@ static bool tsc_constant(void)
  * set trace_t0. The cycle counter against CLOCK_MONOTONIC over 2 ms. */
 static void clock_setup(void)
 {
-    trace_tsc = 0;
+    /* Relaxed stores: a worker of the last session may still be reading
+     * the clock (trace_clock) as this one starts. */
+    STORE_RELAXED(&trace_tsc, 0);
     S.mul = (uint64_t)1 << 32;
     if (tsc_constant()) {
         int64_t n0 = fern_now_ns();
@@ -1131,11 +1138,11 @@ static void clock_setup(void)
         if (c1 > c0) {
             /* ns per tick * 2^32 */
             S.mul = (uint64_t)(((unsigned __int128)(uint64_t)(n1 - n0) << 32) / (c1 - c0));
-            trace_tsc = 1;
+            STORE_RELAXED(&trace_tsc, 1);
         }
     }
     S.ns0 = (uint64_t)fern_now_ns();
-    trace_t0 = trace_tsc ? arch_cycles() : S.ns0;
+    STORE_RELAXED(&trace_t0, trace_tsc ? arch_cycles() : S.ns0);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -32,8 +32,8 @@ void trace_touch(uint64_t n, uint64_t first);
 /* A worker's track number, for TR_STEAL and the monitor's events. */
 static inline uint64_t trace_track(const struct worker *w)
 {
-    struct trace_buf *b = LOAD_RELAXED(&w->trace);
-    return b ? b->track : 0;
+    struct trace_buf *b = LOAD(&w->trace);
+    return b ? LOAD_RELAXED(&b->track) : 0;
 }
 
 #endif

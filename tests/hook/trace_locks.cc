@@ -60,21 +60,24 @@ TEST(HookTrace, PthreadLockParksAreNamed) {
             usleep(300);
             ASSERT_EQ(0, pthread_rwlock_unlock(&rw));
         });
-        // In turn, last spawned first: all but one wait their turn.
-        w.many(8, [&](int i) {
-            ASSERT_EQ(0, pthread_mutex_lock(&m));
-            while (turn != 7 - i) pthread_cond_wait(&cv, &m);
-            turn++;
-            pthread_cond_broadcast(&cv);
-            ASSERT_EQ(0, pthread_mutex_unlock(&m));
-        });
+        // In turn, last spawned first: all but one wait their turn. Not
+        // under ThreadSanitizer, whose condition variables stay glibc's
+        // (docs/hooks.md): there a wait would block the one worker.
+        if (!kTsan)
+            w.many(8, [&](int i) {
+                ASSERT_EQ(0, pthread_mutex_lock(&m));
+                while (turn != 7 - i) pthread_cond_wait(&cv, &m);
+                turn++;
+                pthread_cond_broadcast(&cv);
+                ASSERT_EQ(0, pthread_mutex_unlock(&m));
+            });
     }
     ASSERT_EQ(0, fern_trace_stop());
     std::string text = slurp(path);
     unlink(path);
     ASSERT_FALSE(text.empty());
     for (const char *on : {"pthread_mutex (fern-hook)", "pthread_rwlock (fern-hook)",
-                           "pthread_cond (fern-hook)"})
+                           kTsan ? "pthread_mutex (fern-hook)" : "pthread_cond (fern-hook)"})
         EXPECT_NE(std::string::npos, text.find(std::string("\"end\":\"park\",\"on\":\"") + on + "\""))
             << "no run parked on " << on;
 }
