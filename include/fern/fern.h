@@ -1066,7 +1066,9 @@ int fern_dump(FILE *f);
  * deadlock report and a crash report write them to
  * DIR/fern-ring.PID.N.json (DIR defaults to the current directory). Recording costs no lock and no system call on a
  * worker; a worker whose buffer is full drops events and counts them (see
- * docs/debugging.md, and $FERN_TRACE, $FERN_TRACE_EVENTS there). The runtime
+ * docs/debugging.md, and $FERN_TRACE, $FERN_TRACE_EVENTS there;
+ * $FERN_TRACE_THREADS=1, read by fern_init, adds a track per green thread
+ * to every session after). The runtime
  * need not be running: workers record from their first switch. Returns 0;
  * EINVAL if path is NULL, empty or too long; EBUSY if a session (this call's
  * or $FERN_TRACE's) is already recording; ENOMEM; or the error of opening

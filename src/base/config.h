@@ -29,6 +29,7 @@ struct config {
     int deadlock;              /* $FERN_DEADLOCK: CONFIG_DEADLOCK_* */
     char trace[4096];          /* $FERN_TRACE: a file, "ring" or "ring:DIR"; "" off */
     uint32_t trace_events;     /* $FERN_TRACE_EVENTS: slots per buffer, 0 the default */
+    bool trace_threads;        /* $FERN_TRACE_THREADS=1: a track per green thread too */
     int64_t shutdown_grace_ns; /* fern_config.shutdown_grace_ms, $FERN_SHUTDOWN_GRACE_MS */
     bool hibernate;            /* fern_config.hibernate_us, $FERN_HIBERNATE */
     int64_t hibernate_ns;      /* fern_config.hibernate_us, $FERN_HIBERNATE_US */

@@ -46,7 +46,7 @@ enum trace_type {
     TR_SPARE_END,   /* a compensation worker found nothing to do and ended: a = its track */
     TR_RESCUE,      /* the monitor moved threads off a worker asleep in the kernel: a = track, b = how many */
     TR_HIBERNATE,   /* the monitor hibernated a batch of parked threads' stacks: a = how many, b = heap bytes */
-    TR_RESTORE,     /* hibernated stacks restored for a resume or a wake-up (not a touch): a = how many, b = first thread's id */
+    TR_RESTORE,     /* hibernated stacks restored for a resume or a wake-up (a touch: trace_touch): a = how many, b = first thread's id */
     TR_TYPES
 };
 enum { TRW_HANDOFF = 1, TRW_TAIL = 2, TRW_TIMER = 4, TRW_POLL = 8, TRW_REMOTE = 16 };
@@ -130,7 +130,7 @@ static inline uint32_t trace_flow_new(struct trace_buf *b)
     b->flow_seq = (b->flow_seq + 1) & 0xfffff;
     if (!b->flow_seq)
         b->flow_seq = 1;
-    return (b->track & 0xff) << 24 | b->flow_seq;
+    return (LOAD_RELAXED(&b->track) & 0xff) << 24 | b->flow_seq;
 }
 
 /* Record one event at time ts into the owner's buffer b. */

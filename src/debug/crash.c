@@ -12,7 +12,8 @@
  * maps pages on demand does), and the fault is then no crash at all.
  * SIGSEGV and SIGBUS arrive through debug.c's on_fault (which first tells
  * a stack overflow apart); the other three have a handler here. Only
- * async-signal-safe calls: write(2) of a line formatted by hand.
+ * async-signal-safe calls: write(2) of a line formatted by hand, as a raw
+ * system call (sys_write: fern-hook's write is not for signal handlers).
  *
  * Dump signal. SIGQUIT (or FERN_DUMP_SIGNAL: a number or a name such as
  * USR2; 0 or "off" to disable) prints fern_dump to stderr and the process
@@ -112,8 +113,7 @@ void crash_report(int sig, const siginfo_t *si, const struct sigaction *old)
         n += fmt_hex(buf + n, (uintptr_t)si->si_addr);
     }
     n += fmt_str(buf + n, "\n", 2);
-    ssize_t r = write(2, buf, n);
-    (void)r;
+    sys_write(2, buf, n); /* raw: a signal handler, maybe beside fern-hook */
     trace_crash();
 }
 
@@ -142,11 +142,11 @@ static struct {
 
 static void on_dump(int sig)
 {
-    int e = errno;
     char one = 1;
-    ssize_t r = write(D.fd[1], &one, 1); /* a full pipe already has a dump queued */
-    (void)r;
-    errno = e;
+    /* Raw (errno untouched, never fern-hook's write: the pipe is one of
+     * its descriptors when it is loaded); a full pipe already has a dump
+     * queued. */
+    sys_write(D.fd[1], &one, 1);
 }
 
 static void *dumper(void *arg)

@@ -62,8 +62,7 @@ void overflow_report(fern_thread *t, const void *addr)
         n += fmt_str(buf + n, " (canary overwritten)", 32);
     n += fmt_str(buf + n, "; aborting\n", 16);
     (void)addr;
-    ssize_t r = write(2, buf, n);
-    (void)r;
+    sys_write(2, buf, n); /* raw: a signal handler, maybe beside fern-hook */
     signal(SIGABRT, SIG_DFL);
     abort();
 }

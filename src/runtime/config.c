@@ -292,6 +292,13 @@ int config_load(const fern_config *cfg, struct config *out)
                        "a power of two from 1024 to 16777216 (events per worker's buffer; "
                        "default 65536, 16384 for FERN_TRACE=ring)");
     n.trace_events = (uint32_t)v;
+    v = 0;
+    if ((r = env_count("FERN_TRACE_THREADS", 0, 1,
+                       "0 (the default: one track per worker) or 1 (a track per green thread "
+                       "too)",
+                       &v)))
+        return r;
+    n.trace_threads = v == 1;
     /* Stack hibernation (docs/stacks.md): off unless asked for. */
     long hus = c.hibernate_us;
     if (hus != 0 && hus != FERN_HIBERNATE_OFF && (hus < 1 || hus > FERN_HIBERNATE_MAX_US)) {

@@ -465,10 +465,12 @@ static void restore(struct item *v, unsigned n, bool touched)
         mem_write(fd, v[i].sp, v[i].b->data, (size_t)B_LIVE(v[i].b));
     if (!protect_runs(v, n, PROT_READ | PROT_WRITE))
         die("fern: cannot make a restored stack writable again; aborting\n");
-    /* Recorded with signals still blocked, and never for a touch (that
-     * restore runs in the fault handler, which may have interrupted a
-     * record into the same buffer). */
-    if (!touched)
+    /* Recorded with signals still blocked. A touch's restore runs in the
+     * fault handler, which may have interrupted a record into this
+     * thread's buffer: it goes to the tracer's own table (atomics only). */
+    if (touched)
+        TRACE(trace_touch(n, v[0].t->id));
+    else
         TRACE(trace_event(worker_self(), TR_RESTORE, n, v[0].t->id, 0));
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (touched) {

@@ -25,11 +25,15 @@ void trace_wake(struct worker *w, fern_thread *t, bool tail);
 void trace_spawn(struct worker *w, fern_thread *t);
 /* Any other event (TR_PREEMPT, TR_STEAL, ... base/trace.h) with its a, b, c. */
 void trace_event(struct worker *w, unsigned type, uint64_t a, uint64_t b, uint64_t c);
+/* n hibernated stacks, the first of thread `first`, were restored because
+ * a thread touched one: recorded from the fault handler, so with atomics
+ * only (async-signal-safe), not into the caller's buffer. */
+void trace_touch(uint64_t n, uint64_t first);
 /* A worker's track number, for TR_STEAL and the monitor's events. */
 static inline uint64_t trace_track(const struct worker *w)
 {
-    struct trace_buf *b = LOAD_RELAXED(&w->trace);
-    return b ? b->track : 0;
+    struct trace_buf *b = LOAD(&w->trace);
+    return b ? LOAD_RELAXED(&b->track) : 0;
 }
 
 #endif

@@ -20,7 +20,16 @@ through fern_trace_start / fern_trace_stop, and checks each file:
   - the sleeper parks on "sleep", ping and pong on channels;
   - slices on one track nest: sorted by start, each ends before the slice
     that encloses it ends (no partial overlap);
-  - the thread counter was sampled.
+  - the thread counters were sampled: "running", "runnable", "parked" and
+    "live", each with its "threads" value, all four at every sample, parked
+    being live less running and runnable (0 where that is negative), and
+    some sample shows main parked in its joins while a thread it spawned
+    lives (samples are 10 to 100 ms apart: how many is the writer's pace);
+  - a per-thread track only where asked for: with FERN_TRACE_THREADS=1 (a
+    third run) every named thread has a named track of its own, in the
+    process "fern green threads", holding exactly its runs (the same start,
+    length and end reason as its slices on the workers' tracks), and none
+    without.
 Then runs the summary tool (bin/fern-trace) on the first file and checks
 that it names the scenario's threads and prints latency percentiles.
 """
@@ -42,7 +51,62 @@ def fail(msg):
 SANITIZED = False
 
 
-def check(path):
+def check_counters(path, ev):
+    kinds = ("running", "runnable", "parked", "live")
+    samples = collections.defaultdict(dict)
+    for e in ev:
+        if e.get("ph") != "C":
+            continue
+        if e["name"] not in kinds or set(e.get("args", {})) != {"threads"}:
+            fail("%s: an unexpected counter: %r" % (path, e))
+        samples[e["ts"]][e["name"]] = e["args"]["threads"]
+    if not samples:
+        fail("%s: no thread counters" % path)
+    busy = 0
+    for ts, v in samples.items():
+        if set(v) != set(kinds):
+            fail("%s: the counters sampled at %s are %s, not all four" % (path, ts, sorted(v)))
+        if v["parked"] != max(0, v["live"] - v["running"] - v["runnable"]):
+            fail("%s: counters at %s do not add up: %r" % (path, ts, v))
+        busy += v["live"] >= 2 and v["parked"] >= 1  # main, parked in its joins
+    if not busy:
+        fail("%s: no counter sample shows the scenario's threads: %r" % (path, samples))
+
+
+def check_thread_tracks(path, ev, wanted):
+    procs = {e["pid"]: e["args"]["name"] for e in ev
+             if e.get("ph") == "M" and e.get("name") == "process_name"}
+    tp = [p for p, n in procs.items() if n.startswith("fern green threads")]
+    on_threads = [e for e in ev if e.get("ph") == "X" and e.get("cat") == "thread"]
+    if not wanted:
+        if tp or on_threads:
+            fail("%s: thread tracks without FERN_TRACE_THREADS" % path)
+        return
+    if len(tp) != 1:
+        fail("%s: %d processes of thread tracks: %r" % (path, len(tp), procs))
+    names = {e["tid"]: e["args"]["name"] for e in ev if e.get("ph") == "M"
+             and e.get("pid") == tp[0] and e.get("name") == "thread_name"}
+    runs = collections.defaultdict(list)
+    for e in ev:
+        if e.get("ph") == "X" and e.get("cat") == "run":
+            runs[e["args"]["thread"]].append((e["ts"], e["dur"], e["args"]["end"]))
+    mine = collections.defaultdict(list)
+    for e in on_threads:
+        if e["pid"] != tp[0] or e["tid"] not in names:
+            fail("%s: a thread-track slice on an unnamed track: %r" % (path, e))
+        if not e["name"].startswith("fern worker"):
+            fail("%s: a thread-track slice not named after its worker: %r" % (path, e))
+        mine[e["tid"]].append((e["ts"], e["dur"], e["args"]["end"]))
+    for n in NAMES:
+        ids = [t for t, m in names.items() if m == n]
+        if len(ids) != 1:
+            fail("%s: thread %s has %d tracks of its own" % (path, n, len(ids)))
+        if sorted(mine[ids[0]]) != sorted(runs[ids[0]]):
+            fail("%s: %s's own track has %d slices, its runs on the workers %d"
+                 % (path, n, len(mine[ids[0]]), len(runs[ids[0]])))
+
+
+def check(path, threads=False):
     with open(path) as f:
         ev = json.load(f)
     if not isinstance(ev, list) or not ev:
@@ -106,7 +170,7 @@ def check(path):
             fail("%s never parked on a channel" % n)
     per_track = collections.defaultdict(list)
     for s in slices:
-        per_track[s["tid"]].append(s)
+        per_track[(s["pid"], s["tid"])].append(s)
     nested = 0
     for tid, ss in per_track.items():
         ss.sort(key=lambda s: (s["ts"], -s["dur"]))
@@ -119,8 +183,8 @@ def check(path):
                 fail("slices overlap on track %s: one ends at %s, %r ends at %s" % (tid, stack[-1], s, e))
             stack.append(e)
             nested += 1
-    if not any(e.get("ph") == "C" and e["name"] == "threads" for e in ev):
-        fail("no thread counter")
+    check_counters(path, ev)
+    check_thread_tracks(path, ev, threads)
     print("check_trace: %s: %d events, %d worker tracks, %d slices, %d flows, %d wake-ups checked"
           % (path, len(ev), len(workers), nested, len(ends), wakeups))
 
@@ -132,6 +196,7 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         env_path = os.path.join(d, "env.json")
         env = dict(os.environ, FERN_TRACE=env_path)
+        env.pop("FERN_TRACE_THREADS", None)
         r = subprocess.run([prog], env=env, timeout=120)
         if r.returncode:
             fail("the scenario under FERN_TRACE exited %d" % r.returncode)
@@ -139,10 +204,17 @@ def main():
         api_path = os.path.join(d, "api.json")
         env = dict(os.environ)
         env.pop("FERN_TRACE", None)
+        env.pop("FERN_TRACE_THREADS", None)
         r = subprocess.run([prog, api_path], env=env, timeout=120)
         if r.returncode:
             fail("the scenario with fern_trace_start exited %d" % r.returncode)
         check(api_path)
+        thr_path = os.path.join(d, "threads.json")
+        env = dict(os.environ, FERN_TRACE=thr_path, FERN_TRACE_THREADS="1")
+        r = subprocess.run([prog], env=env, timeout=120)
+        if r.returncode:
+            fail("the scenario under FERN_TRACE_THREADS=1 exited %d" % r.returncode)
+        check(thr_path, threads=True)
         out = subprocess.run([sys.executable, tool, env_path], capture_output=True, text=True,
                              timeout=120)
         if out.returncode:

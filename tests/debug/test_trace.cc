@@ -362,6 +362,11 @@ TEST_F(Trace, EnvironmentIsChecked) {
     setenv("FERN_TRACE_EVENTS", "512", 1);
     EXPECT_EQ(EINVAL, fern_init(nullptr));
     unsetenv("FERN_TRACE_EVENTS");
+    setenv("FERN_TRACE_THREADS", "2", 1);
+    EXPECT_EQ(EINVAL, fern_init(nullptr));
+    setenv("FERN_TRACE_THREADS", "yes", 1);
+    EXPECT_EQ(EINVAL, fern_init(nullptr));
+    unsetenv("FERN_TRACE_THREADS");
     setenv("FERN_TRACE", "ring:", 1);
     EXPECT_EQ(EINVAL, fern_init(nullptr));
     setenv("FERN_TRACE", (dir + "/no/such/t.json").c_str(), 1);
@@ -402,6 +407,45 @@ TEST_F(Trace, FernDumpWritesTheFlightRecorder) {
     dump.assign(out, len);
     free(out);
     EXPECT_EQ(std::string::npos, dump.find("flight recorder")) << dump;
+}
+
+// FERN_TRACE_THREADS=1 draws each green thread's runs on a track of its own
+// (check_trace.py checks a whole file); the flight recorder's dump has them
+// too, and a session without it has none.
+TEST_F(Trace, ThreadTracksWhenAskedFor) {
+    ASSERT_EQ(0, fern_shutdown());
+    setenv("FERN_TRACE_THREADS", "1", 1);
+    int r = fern_init(nullptr);
+    unsetenv("FERN_TRACE_THREADS");
+    ASSERT_EQ(0, r);
+    ASSERT_EQ(0, fern_trace_start(("ring:" + dir).c_str()));
+    ping_pong(200);
+    char *out = nullptr;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    ASSERT_GE(fern_dump(f), 0);
+    fclose(f);
+    free(out);
+    EXPECT_EQ(0, fern_trace_stop());
+    auto files = files_in(dir, "fern-ring.");
+    ASSERT_EQ(1u, files.size());
+    std::string text = slurp(files[0]);
+    expect_complete(text);
+    EXPECT_NE(std::string::npos, text.find("\"args\":{\"name\":\"fern green threads (pid "));
+    EXPECT_NE(std::string::npos, text.find("\"name\":\"thread_name\",\"args\":{\"name\":\"tracer-pong\"}"));
+    EXPECT_NE(std::string::npos, text.find("\"cat\":\"thread\",\"args\":{\"end\":\"park\",\"on\":\"chan"));
+    unlink(files[0].c_str());
+
+    // The next session of a runtime started without it: none.
+    ASSERT_EQ(0, fern_shutdown());
+    ASSERT_EQ(0, fern_init(nullptr));
+    ASSERT_EQ(0, fern_trace_start((dir + "/plain.json").c_str()));
+    ping_pong(50);
+    ASSERT_EQ(0, fern_trace_stop());
+    text = slurp(dir + "/plain.json");
+    expect_complete(text);
+    EXPECT_EQ(std::string::npos, text.find("fern green threads"));
+    EXPECT_EQ(std::string::npos, text.find("\"cat\":\"thread\""));
 }
 
 } // namespace

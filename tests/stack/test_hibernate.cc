@@ -494,6 +494,62 @@ TEST_F(Hibernate, TracedBatchesAndRestores) {
         EXPECT_NE(std::string::npos, text.find("\"name\":\"restored hibernated stacks\""));
 }
 
+// A restore that a touch forces runs in the fault handler (a plain
+// thread's touch) or in fern-hook's retry: the tracer records it too
+// ("by":"touch", through its async-signal-safe table), one event per
+// batch, as many threads in all as fern_stats counts touched.
+TEST_F(Hibernate, TracedTouchRestores) {
+    char path[] = "/tmp/fern-hib-touch-XXXXXX";
+    int fd = mkstemp(path);
+    ASSERT_GE(fd, 0);
+    close(fd);
+    const long n = 64;
+    World w;
+    w.slots.assign((size_t)n, nullptr);
+    std::vector<fern_thread *> ts((size_t)n);
+    for (long i = 0; i < n; i++)
+        ASSERT_EQ(0, spawn(&ts[(size_t)i], nullptr, [&w, i] { park_and_check(&w, i, nullptr); }));
+    ASSERT_TRUE(wait_until([&] { return w.ready == n; }));
+    ASSERT_TRUE(wait_hibernated((uint64_t)n)) << stats().hibernated << " of " << n;
+    ASSERT_EQ(0, fern_trace_start(path));
+    uint64_t t0 = stats().hibernate_touches;
+    std::atomic<long> wrong{0};
+    std::thread p1([&] { wrong += touch_range(&w, 0, n); });
+    p1.join();
+    uint64_t touched = stats().hibernate_touches - t0;
+    ASSERT_EQ(0, fern_trace_stop());
+    EXPECT_EQ(0, wrong.load());
+    EXPECT_GT(touched, 0u);
+    ASSERT_EQ(0, run_green([&] {
+        fern_mutex_lock(&w.mu);
+        w.go = true;
+        fern_cond_broadcast(&w.cv);
+        fern_mutex_unlock(&w.mu);
+    }));
+    for (auto *t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
+    EXPECT_EQ(n, w.intact.load());
+    FILE *f = fopen(path, "r");
+    ASSERT_NE(nullptr, f);
+    std::string text;
+    char buf[65536];
+    size_t k;
+    while ((k = fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, k);
+    fclose(f);
+    unlink(path);
+    // "restored hibernated stacks","args":{"threads":N,"first":ID,"by":"touch"}
+    uint64_t recorded = 0, events = 0;
+    const std::string key = "\"name\":\"restored hibernated stacks\",\"args\":{\"threads\":";
+    for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + 1)) {
+        size_t eol = text.find('\n', at);
+        std::string line = text.substr(at, eol - at);
+        if (line.find(",\"by\":\"touch\"}") == std::string::npos) continue;
+        recorded += strtoull(line.c_str() + key.size(), nullptr, 10);
+        events++;
+    }
+    EXPECT_GT(events, 0u) << text.size();
+    EXPECT_EQ(touched, recorded) << events << " touch events";
+}
+
 // With hibernation on, a real fault is still reported and fatal: the
 // handler restores only stacks it hibernated.
 TEST(HibernateDeathTest, RealFaultsStillFatal) {
