@@ -106,24 +106,30 @@ static void io_unpark(struct fdent *e, struct parker *p)
     spin_unlock(&e->lock);
 }
 
-/* io_wait's park, with `own` the parker of a wait that cannot use the
- * thread's (a plain or a shielded thread's) or NULL.
+/* io_wait's first half, under the entry's lock: a READY flag, EBUSY, a
+ * passed deadline, a pending cancel end the wait here (the lock dropped);
+ * else the thread's parker is enlisted in the entry and IO_PARK returned
+ * with the lock held. `own` is the parker of a wait that cannot use the
+ * thread's (a plain or a shielded thread's), or NULL; *pp (if pp) is the
+ * parker used.
+ * Out of line, so that what io_wait keeps live across the park is little
+ * (the saved frames of a parked connection are what hibernation keeps).
  *
  * Nothing a waker reads is on the waiting thread's stack: the entry holds
  * the parker itself (rw, ww), and a green thread's cancellable parker is
  * its descriptor's (fern_thread.cpark: sync/wait.h), as is its timer. So a
  * wake-up of a parked, even hibernated, reader only claims the parker and
  * readies the thread (sched/hibernate.c then restores the stack when it
- * runs, not in the fault handler), and the park's frame holds no record:
- * a connection parked in fern_read keeps a shallow stack. A shielded
- * thread's parker (io_wait_own) is on its stack, as are a plain thread's.
- * The thread's parker is shared by both directions of one call, and one
- * thread waits in one place at a time, so the entry's pointer to it names
- * this wait until the wait drops it (io_unpark, under the entry's lock). */
-static inline __attribute__((always_inline)) int io_park(int fd, struct fdent *e, int dirs,
-                                                        int64_t deadline, fern_thread *self,
-                                                        struct parker *own)
+ * runs, not in the fault handler). A shielded thread's parker (io_wait_own)
+ * is on its stack, as are a plain thread's. The thread's parker is shared
+ * by both directions of one call, and one thread waits in one place at a
+ * time, so the entry's pointer to it names this wait until the wait drops
+ * it (io_unpark, under the entry's lock). */
+enum { IO_PARK = -2 };
+static __attribute__((noinline)) int io_enlist(int fd, struct fdent *e, int dirs, int64_t deadline,
+                                               struct parker *own, struct parker **pp)
 {
+    fern_thread *self = thread_current();
     spin_lock(&e->lock);
     int ready = 0;
     if ((dirs & FERN_READ) && (LOAD_RELAXED(&e->rst) & ST_READY)) {
@@ -174,6 +180,17 @@ static inline __attribute__((always_inline)) int io_park(int fd, struct fdent *e
         if (c)
             cluster_wake(c);
     }
+    if (pp)
+        *pp = p;
+    return IO_PARK;
+}
+
+/* io_wait's second half: park on p (enlisted, e's lock held: the park
+ * releases it), then drop what the wake-up left and say why it ended. */
+static inline __attribute__((always_inline)) int io_park(struct fdent *e, int dirs,
+                                                        int64_t deadline, fern_thread *self,
+                                                        struct parker *p)
+{
     int st = self && deadline == FERN_FOREVER ? parker_park_untimed(p, self, &e->lock)
                                               : parker_wait(p, unlock_spin_io, &e->lock, deadline);
     __atomic_fetch_sub(&IO.waiters, 1, __ATOMIC_RELAXED);
@@ -202,14 +219,18 @@ static inline __attribute__((always_inline)) int io_park(int fd, struct fdent *e
 static __attribute__((noinline)) int io_wait_own(int fd, struct fdent *e, int dirs,
                                                  int64_t deadline, fern_thread *self)
 {
-    struct parker own;
-    return io_park(fd, e, dirs, deadline, self, &own);
+    struct parker own, *p = NULL;
+    int r = io_enlist(fd, e, dirs, deadline, &own, &p);
+    return r == IO_PARK ? io_park(e, dirs, deadline, self, p) : r;
 }
 
 /* Wait until fd is ready in one of `dirs` (FERN_READ, FERN_WRITE or both).
  * Returns the direction(s) that woke us (> 0), IO_TIMEOUT, or IO_ERROR with
  * errno (EBADF: closed while waiting; EBUSY: that direction already has a
- * waiter). A return may be a stale edge: callers retry their system call. */
+ * waiter). A return may be a stale edge: callers retry their system call.
+ * A green thread that may be cancelled waits on its descriptor's parker
+ * (parker_cancellable gives no other), so p need not be kept: it is
+ * &self->cpark. */
 static int io_wait(int fd, struct fdent *e, int dirs, int64_t deadline)
 {
     if (unlikely(!e->pollable))
@@ -217,7 +238,8 @@ static int io_wait(int fd, struct fdent *e, int dirs, int64_t deadline)
     fern_thread *self = thread_current();
     if (unlikely(!self || self->cshield))
         return io_wait_own(fd, e, dirs, deadline, self);
-    return io_park(fd, e, dirs, deadline, self, NULL);
+    int r = io_enlist(fd, e, dirs, deadline, NULL, NULL);
+    return r == IO_PARK ? io_park(e, dirs, deadline, self, &self->cpark) : r;
 }
 
 /* After EAGAIN: wait for the direction within the fd's deadline. 0 to retry,
@@ -268,9 +290,9 @@ static int io_await(int fd, struct fdent *e, int dir)
                     st_short(st_, m_);                                                             \
                 return r_;                                                                         \
             }                                                                                      \
-            int err_ = errno_get();                                                                \
+            int err_ = errno_get(); /* r_ is -1: not kept across the calls */                      \
             if (err_ != EAGAIN && err_ != EWOULDBLOCK)                                             \
-                return r_;                                                                         \
+                return -1;                                                                         \
             if (last_) {                                                                           \
                 errno_set(ETIMEDOUT);                                                              \
                 return -1;                                                                         \
