@@ -311,8 +311,10 @@ TEST_F(Hibernate, WokenByDescriptor) {
     EXPECT_EQ(n, good.load());
     // The poller's wake-up reads nothing on a parked stack (the fd entry
     // holds the thread's parker, io/io.c): each stack is restored by its
-    // own thread's resume, never through the fault handler.
-    EXPECT_EQ(touches0, stats().hibernate_touches);
+    // own thread's resume, never through the fault handler. (Under
+    // AddressSanitizer the stacks are touched before they resume, as in
+    // TracedBatchesAndRestores.)
+    if (!kAsan) EXPECT_EQ(touches0, stats().hibernate_touches);
     for (long i = 0; i < n; i++) {
         close(rd[(size_t)i]);
         close(wr[(size_t)i]);
