@@ -5,9 +5,9 @@
  *
  * One epoll instance for the process, edge-triggered. Each fd used through
  * fern has an entry in a two-level fd-indexed table (chunks of FD_CHUNK
- * entries, allocated on first use): a lock, one waiting reader and one
- * waiting writer, a state word per direction (below), per-fd deadlines and a
- * generation that fern_close bumps. An fd is registered (EPOLLIN | EPOLLOUT |
+ * entries, allocated on first use): a lock, the parkers of one waiting
+ * reader and one waiting writer (io.c), a state word per direction (below),
+ * per-fd deadlines and a generation that fern_close bumps. An fd is registered (EPOLLIN | EPOLLOUT |
  * EPOLLRDHUP, EPOLLET; EPOLLPRI too for TCP) once, by the first fern_* call on
  * it, and stays registered until fern_close.
  *
@@ -228,7 +228,8 @@ void io_forget(int fd)
     struct fdent *e = fdent_get(fd);
     if (!e)
         return;
-    struct waiter *r = NULL, *w = NULL, *pq;
+    struct parker *r = NULL, *w = NULL;
+    struct waiter *pq;
     spin_lock(&e->lock);
     if (e->registered) {
         if (e->pollable)
@@ -238,9 +239,9 @@ void io_forget(int fd)
     e->gen++;
     st_update(&e->rst, ST_FLAGS, 0);
     st_update(&e->wst, ST_FLAGS, 0);
-    if (e->rw && waiter_claim(e->rw))
+    if (e->rw && parker_claim(e->rw, FERN_READ))
         r = e->rw;
-    if (e->ww && waiter_claim(e->ww))
+    if (e->ww && parker_claim(e->ww, FERN_WRITE))
         w = e->ww;
     e->rw = e->ww = NULL;
     pq = pq_claim(e, 0);
@@ -248,9 +249,9 @@ void io_forget(int fd)
     STORE_RELAXED(&e->wdl, FERN_FOREVER);
     spin_unlock(&e->lock);
     if (r)
-        waiter_release(r, EBADF);
+        parker_release(r, EBADF);
     if (w)
-        waiter_release(w, EBADF);
+        parker_release(w, EBADF);
     if (pq)
         waiters_release(pq, EBADF);
 }

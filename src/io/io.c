@@ -67,36 +67,68 @@ static int poll_now(int fd, int dirs)
     return ev & dirs;
 }
 
-/* Wait until fd is ready in one of `dirs` (FERN_READ, FERN_WRITE or both).
- * Returns the direction(s) that woke us (> 0), IO_TIMEOUT, or IO_ERROR with
- * errno (EBADF: closed while waiting; EBUSY: that direction already has a
- * waiter). A return may be a stale edge: callers retry their system call. */
-static int io_wait(int fd, struct fdent *e, int dirs, int64_t deadline)
+/* io_wait for an fd epoll refuses (a regular file, say): poll(2) blocks
+ * the worker. Out of line: its pollfd stays off the common park's frame. */
+static __attribute__((noinline, cold)) int io_wait_poll(int fd, int dirs, int64_t deadline)
 {
-    if (!e->pollable) {
-        /* An fd epoll refuses (a regular file, say) blocks in poll(2). */
-        struct pollfd p = {.fd = fd, .events = (short)((dirs & FERN_READ ? POLLIN : 0) |
-                                                        (dirs & FERN_WRITE ? POLLOUT : 0))};
-        for (;;) {
-            int ms = -1;
-            if (deadline != FERN_FOREVER) {
-                int64_t left = deadline - fern_now_ns();
-                if (left <= 0)
-                    return IO_TIMEOUT;
-                ms = (int)((left + 999999) / 1000000);
-            }
-            int r = poll(&p, 1, ms);
-            if (r > 0) {
-                if (p.revents & POLLNVAL) {
-                    errno_set(EBADF);
-                    return IO_ERROR;
-                }
-                return dirs;
-            }
-            if (r < 0 && errno != EINTR)
-                return IO_ERROR;
+    struct pollfd p = {.fd = fd, .events = (short)((dirs & FERN_READ ? POLLIN : 0) |
+                                                    (dirs & FERN_WRITE ? POLLOUT : 0))};
+    for (;;) {
+        int ms = -1;
+        if (deadline != FERN_FOREVER) {
+            int64_t left = deadline - fern_now_ns();
+            if (left <= 0)
+                return IO_TIMEOUT;
+            ms = (int)((left + 999999) / 1000000);
         }
+        int r = poll(&p, 1, ms);
+        if (r > 0) {
+            if (p.revents & POLLNVAL) {
+                errno_set(EBADF);
+                return IO_ERROR;
+            }
+            return dirs;
+        }
+        if (r < 0 && errno != EINTR)
+            return IO_ERROR;
     }
+}
+
+/* Drop our parker from the directions that still hold it (a wake-up of one
+ * direction, a timeout, a cancel). Under no lock. */
+static void io_unpark(struct fdent *e, struct parker *p)
+{
+    spin_lock(&e->lock);
+    if (e->rw == p)
+        e->rw = NULL;
+    if (e->ww == p)
+        e->ww = NULL;
+    spin_unlock(&e->lock);
+}
+
+/* io_wait's first half, under the entry's lock: a READY flag, EBUSY, a
+ * passed deadline, a pending cancel end the wait here (the lock dropped);
+ * else the thread's parker is enlisted in the entry and IO_PARK returned
+ * with the lock held. `own` is the parker of a wait that cannot use the
+ * thread's (a plain or a shielded thread's), or NULL; *pp (if pp) is the
+ * parker used.
+ * Out of line, so that what io_wait keeps live across the park is little
+ * (the saved frames of a parked connection are what hibernation keeps).
+ *
+ * Nothing a waker reads is on the waiting thread's stack: the entry holds
+ * the parker itself (rw, ww), and a green thread's cancellable parker is
+ * its descriptor's (fern_thread.cpark: sync/wait.h), as is its timer. So a
+ * wake-up of a parked, even hibernated, reader only claims the parker and
+ * readies the thread (sched/hibernate.c then restores the stack when it
+ * runs, not in the fault handler). A shielded thread's parker (io_wait_own)
+ * is on its stack, as are a plain thread's. The thread's parker is shared
+ * by both directions of one call, and one thread waits in one place at a
+ * time, so the entry's pointer to it names this wait until the wait drops
+ * it (io_unpark, under the entry's lock). */
+enum { IO_PARK = -2 };
+static __attribute__((noinline)) int io_enlist(int fd, struct fdent *e, int dirs, int64_t deadline,
+                                               struct parker *own, struct parker **pp)
+{
     fern_thread *self = thread_current();
     spin_lock(&e->lock);
     int ready = 0;
@@ -121,25 +153,20 @@ static int io_wait(int fd, struct fdent *e, int dirs, int64_t deadline)
         spin_unlock(&e->lock);
         return IO_TIMEOUT;
     }
-    /* One waiter per direction, sharing one parker (as a select): the
-     * thread's own, a cancellation point (sync/wait.h). */
-    struct parker own, *p;
-    struct waiter wr, ww;
-    parker_init(&own);
-    if (!(p = parker_cancellable(self, &own))) {
+    /* The thread's parker, a cancellation point (sync/wait.h), taken last
+     * under the lock, right before the park. */
+    struct parker *p;
+    if (own)
+        parker_init(own);
+    if (!(p = parker_cancellable(self, own))) {
         spin_unlock(&e->lock);
         errno_set(ECANCELED);
         return IO_ERROR;
     }
-    waiter_init(&wr);
-    waiter_init(&ww);
-    wr.p = ww.p = p;
-    wr.index = FERN_READ;
-    ww.index = FERN_WRITE;
     if (dirs & FERN_READ)
-        e->rw = &wr;
+        e->rw = p;
     if (dirs & FERN_WRITE)
-        e->ww = &ww;
+        e->ww = p;
     if (self) {
         STORE_RELAXED(&self->wait_what, dirs == FERN_READ ? "fd read" : "fd write");
         STORE_RELAXED(&self->wait_obj, (void *)(intptr_t)fd);
@@ -153,34 +180,66 @@ static int io_wait(int fd, struct fdent *e, int dirs, int64_t deadline)
         if (c)
             cluster_wake(c);
     }
-    int st = parker_wait(p, unlock_spin_io, &e->lock, deadline);
+    if (pp)
+        *pp = p;
+    return IO_PARK;
+}
+
+/* io_wait's second half: park on p (enlisted, e's lock held: the park
+ * releases it), then drop what the wake-up left and say why it ended. */
+static inline __attribute__((always_inline)) int io_park(struct fdent *e, int dirs,
+                                                        int64_t deadline, fern_thread *self,
+                                                        struct parker *p)
+{
+    int st = self && deadline == FERN_FOREVER ? parker_park_untimed(p, self, &e->lock)
+                                              : parker_wait(p, unlock_spin_io, &e->lock, deadline);
     __atomic_fetch_sub(&IO.waiters, 1, __ATOMIC_RELAXED);
     if (self)
         STORE_RELAXED(&self->wait_what, NULL);
+    /* A wake-up dropped the direction it claimed; the other one, or both
+     * after a timeout or a cancel, are ours to drop. */
+    if (st != W_WOKEN || p->index != dirs)
+        io_unpark(e, p);
     if (st == W_WOKEN) {
-        spin_lock(&e->lock); /* drop the other direction's waiter */
-        if (e->rw == &wr)
-            e->rw = NULL;
-        if (e->ww == &ww)
-            e->ww = NULL;
-        spin_unlock(&e->lock);
         if (p->result) {
             errno_set(p->result);
             return IO_ERROR;
         }
         return p->index;
     }
-    spin_lock(&e->lock);
-    if (e->rw == &wr)
-        e->rw = NULL;
-    if (e->ww == &ww)
-        e->ww = NULL;
-    spin_unlock(&e->lock);
     if (st == W_CANCELED) {
         errno_set(ECANCELED);
         return IO_ERROR;
     }
     return IO_TIMEOUT;
+}
+
+/* io_wait with a parker of its own on the stack: a plain thread, or a
+ * green thread in a cancel shield (its waits are no cancellation points). */
+static __attribute__((noinline)) int io_wait_own(int fd, struct fdent *e, int dirs,
+                                                 int64_t deadline, fern_thread *self)
+{
+    struct parker own, *p = NULL;
+    int r = io_enlist(fd, e, dirs, deadline, &own, &p);
+    return r == IO_PARK ? io_park(e, dirs, deadline, self, p) : r;
+}
+
+/* Wait until fd is ready in one of `dirs` (FERN_READ, FERN_WRITE or both).
+ * Returns the direction(s) that woke us (> 0), IO_TIMEOUT, or IO_ERROR with
+ * errno (EBADF: closed while waiting; EBUSY: that direction already has a
+ * waiter). A return may be a stale edge: callers retry their system call.
+ * A green thread that may be cancelled waits on its descriptor's parker
+ * (parker_cancellable gives no other), so p need not be kept: it is
+ * &self->cpark. */
+static int io_wait(int fd, struct fdent *e, int dirs, int64_t deadline)
+{
+    if (unlikely(!e->pollable))
+        return io_wait_poll(fd, dirs, deadline);
+    fern_thread *self = thread_current();
+    if (unlikely(!self || self->cshield))
+        return io_wait_own(fd, e, dirs, deadline, self);
+    int r = io_enlist(fd, e, dirs, deadline, NULL, NULL);
+    return r == IO_PARK ? io_park(e, dirs, deadline, self, &self->cpark) : r;
 }
 
 /* After EAGAIN: wait for the direction within the fd's deadline. 0 to retry,
@@ -231,9 +290,9 @@ static int io_await(int fd, struct fdent *e, int dir)
                     st_short(st_, m_);                                                             \
                 return r_;                                                                         \
             }                                                                                      \
-            int err_ = errno_get();                                                                \
+            int err_ = errno_get(); /* r_ is -1: not kept across the calls */                      \
             if (err_ != EAGAIN && err_ != EWOULDBLOCK)                                             \
-                return r_;                                                                         \
+                return -1;                                                                         \
             if (last_) {                                                                           \
                 errno_set(ETIMEDOUT);                                                              \
                 return -1;                                                                         \

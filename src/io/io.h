@@ -34,7 +34,8 @@ struct fdent {
     uint8_t sock;            /* any socket: writes go through send(MSG_NOSIGNAL) */
     uint32_t gen;
     uint32_t rst, wst;       /* per-direction state words (fdtab.c) */
-    struct waiter *rw, *ww;
+    struct parker *rw, *ww;  /* the waiting reader's and writer's parkers (io.c:
+                              * no waiter record on the parked stack) */
     fern_waitq pq;           /* fern-hook's pollers (any number; fern__io_park) */
     int64_t rdl, wdl;        /* per-fd deadlines */
 };

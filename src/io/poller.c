@@ -101,7 +101,7 @@ static void io_dispatch(struct epoll_event *ev, bool owner)
     struct fdent *e = fdent_get(fd);
     if (!e)
         return;
-    struct waiter *r = NULL, *w = NULL;
+    struct parker *r = NULL, *w = NULL;
     spin_lock(&e->lock);
     if (e->gen != gen || !e->registered) {
         spin_unlock(&e->lock);
@@ -112,7 +112,7 @@ static void io_dispatch(struct epoll_event *ev, bool owner)
     uint32_t evs = ev->events;
     if (evs & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR | EPOLLPRI)) {
         uint32_t set = evs & (EPOLLRDHUP | EPOLLHUP | EPOLLERR | EPOLLPRI) ? ST_FINAL : 0;
-        if (e->rw && waiter_claim(e->rw))
+        if (e->rw && parker_claim(e->rw, FERN_READ))
             r = e->rw;
         else
             set |= ST_READY;
@@ -121,7 +121,7 @@ static void io_dispatch(struct epoll_event *ev, bool owner)
     }
     if (evs & (EPOLLOUT | EPOLLHUP | EPOLLERR)) {
         uint32_t set = evs & (EPOLLHUP | EPOLLERR) ? ST_FINAL : 0;
-        if (e->ww && waiter_claim(e->ww))
+        if (e->ww && parker_claim(e->ww, FERN_WRITE))
             w = e->ww;
         else
             set |= ST_READY;
@@ -136,9 +136,9 @@ static void io_dispatch(struct epoll_event *ev, bool owner)
     }
     spin_unlock(&e->lock);
     if (r)
-        waiter_release(r, 0);
+        parker_release(r, 0);
     if (w)
-        waiter_release(w, 0);
+        parker_release(w, 0);
     if (pq)
         waiters_release(pq, 0);
 }

@@ -214,6 +214,30 @@ static inline __attribute__((always_inline)) void waiter_release_inline(struct w
     else
         sched_ready(t);
 }
+static inline void parker_release(struct parker *p, int result)
+{
+    fern_thread *t = p->thread;
+    p->result = result;
+    TSAN_RELEASE(&p->state);
+    STORE(&p->state, W_WOKEN);
+    if (!t)
+        futex_wake(&p->state, 1); /* p may be gone already, as in waiter_release */
+    else
+        sched_ready(t);
+}
+/* A parker waited on with no waiter record (io/io.c: an fd entry holds the
+ * parker of its waiting reader and writer itself, so a wake-up reads
+ * nothing on the parked stack). parker_claim: the CAS a waker, a timer and
+ * a canceller race on (any solo), storing `index` for the winner;
+ * parker_release (below waiter_release_inline): as waiter_release. */
+static inline bool parker_claim(struct parker *p, int32_t index)
+{
+    uint32_t expect = W_WAITING;
+    if (!CAS(&p->state, &expect, W_CLAIMED))
+        return false;
+    p->index = index;
+    return true;
+}
 /* claim + release(0). */
 bool waiter_wake(struct waiter *wt);
 /* waiter_wake, but a green thread goes behind the threads already queued on
