@@ -23,8 +23,9 @@ through fern_trace_start / fern_trace_stop, and checks each file:
   - the thread counters were sampled: "running", "runnable", "parked" and
     "live", each with its "threads" value, all four at every sample, parked
     being live less running and runnable (0 where that is negative), and
-    some sample shows main parked in its joins while a thread it spawned
-    lives (samples are 10 to 100 ms apart: how many is the writer's pace);
+    a sample taken while the scenario's threads ran (if one was: samples
+    are 10 to 100 ms apart, at the writer's pace) shows main parked in its
+    joins while a thread it spawned lives;
   - a per-thread track only where asked for: with FERN_TRACE_THREADS=1 (a
     third run) every named thread has a named track of its own, in the
     process "fern green threads", holding exactly its runs (the same start,
@@ -62,15 +63,24 @@ def check_counters(path, ev):
         samples[e["ts"]][e["name"]] = e["args"]["threads"]
     if not samples:
         fail("%s: no thread counters" % path)
+    runs = [(e["ts"], e["ts"] + e["dur"]) for e in ev
+            if e.get("ph") == "X" and e.get("cat") == "run" and e["name"] in NAMES]
+    lo, hi = min(r[0] for r in runs), max(r[1] for r in runs)
+    during = 0
     busy = 0
     for ts, v in samples.items():
+        during += lo <= ts <= hi
         if set(v) != set(kinds):
             fail("%s: the counters sampled at %s are %s, not all four" % (path, ts, sorted(v)))
         if v["parked"] != max(0, v["live"] - v["running"] - v["runnable"]):
             fail("%s: counters at %s do not add up: %r" % (path, ts, v))
         busy += v["live"] >= 2 and v["parked"] >= 1  # main, parked in its joins
-    if not busy:
+    # The writer samples when it drains, 10 to 100 ms apart: a sanitizer
+    # build's slow start may leave no sample inside the scenario's 100 ms.
+    if during and not busy:
         fail("%s: no counter sample shows the scenario's threads: %r" % (path, samples))
+    if not during:
+        print("check_trace: note: no counter sample fell inside the scenario's runs")
 
 
 def check_thread_tracks(path, ev, wanted):
