@@ -32,7 +32,9 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <termios.h>
 #include <unistd.h>
 
 #define HK_CHUNK 1024u
@@ -88,6 +90,34 @@ void hk_adopt(int fd, const struct hk_fd *from)
     __atomic_store_n(&h->dev, (uint64_t)sb.st_dev, __ATOMIC_RELAXED);
     __atomic_store_n(&h->ino, (uint64_t)sb.st_ino, __ATOMIC_RELAXED);
     __atomic_store_n(&h->st, st, __ATOMIC_RELEASE);
+}
+
+int hk_adopt_tty(int fd)
+{
+    struct termios t;
+    if (hk_sys(SYS_ioctl, fd, TCGETS, &t) < 0)
+        return 0; /* not a tty (ENOTTY) */
+    struct hk_fd *h = hk_fd_get(fd);
+    if (!h)
+        return 0;
+    uint32_t st = hk_state(h);
+    if (st & HK_MANAGED)
+        return 1; /* another thread adopted it first */
+    struct stat sb;
+    if (hk_sys(SYS_fstat, fd, &sb) < 0)
+        return 0;
+    /* The fields before the state: a racing adopter writes the same. */
+    __atomic_store_n(&h->rcvto, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->sndto, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->dev, (uint64_t)sb.st_dev, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->ino, (uint64_t)sb.st_ino, __ATOMIC_RELAXED);
+    /* Unlike hk_adopt, nothing is forgotten: fd is open and the same tty,
+     * and a thread already parked on it (an adopter that won) must stay. */
+    while (!(st & HK_MANAGED))
+        if (__atomic_compare_exchange_n(&h->st, &st, st | HK_MANAGED | HK_POLLFIRST, 0,
+                                        __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+            break;
+    return 1;
 }
 
 void hk_mark_direct(int fd, int on)

@@ -85,12 +85,11 @@ long hk_file_io(int fd, const struct hk_call *c, const struct hk_call *nw)
     if (S_ISCHR(sb.st_mode)) {
         /* A tty or pty (opened with open, so never managed): no per-call
          * non-blocking form, so it joins the managed descriptors as
-         * poll-first (core.c), and the thread parks until it is ready. */
-        hk_adopt(fd, NULL);
-        struct hk_fd *h = hk_fd_find(fd);
-        if (!(hk_state(h) & HK_MANAGED))
-            return hk_do(c); /* no entry for it (out of memory) */
-        __atomic_fetch_or(&h->st, HK_POLLFIRST, __ATOMIC_ACQ_REL);
+         * poll-first (core.c), and the thread parks until it is ready.
+         * Other character devices (/dev/null, /dev/urandom, ...) get the
+         * plain call, as before. */
+        if (!hk_adopt_tty(fd))
+            return hk_do(c); /* not a tty, or no entry for it (out of memory) */
         return HK_ADOPTED;
     }
     if (!(S_ISREG(sb.st_mode) || S_ISBLK(sb.st_mode)))

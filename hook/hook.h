@@ -131,6 +131,11 @@ struct hk_fd *hk_fd_find(int fd) HK_HIDDEN;
 /* fd was just created by a hooked call: start it clean and managed, or a
  * copy of `from` (dup). */
 void hk_adopt(int fd, const struct hk_fd *from) HK_HIDDEN;
+/* An unmanaged fd that a green thread reads or writes is a tty: make it
+ * managed and HK_POLLFIRST, unless another thread already has (no waiter
+ * of fd is woken; two threads may race here). 1 if fd is now managed
+ * (by this call or another's), 0 if it is no tty or has no entry. */
+int hk_adopt_tty(int fd) HK_HIDDEN;
 /* Record whether an unmanaged fd is O_DIRECT (file.c). */
 void hk_mark_direct(int fd, int on) HK_HIDDEN;
 /* fd is being closed or replaced: wake its waiters (EBADF), forget it. */
@@ -163,10 +168,10 @@ long hk_desc_nonblock(int fd) HK_HIDDEN;
 
 /* A read or write of an unmanaged descriptor on a green thread (file.c):
  * nw, c's one-attempt form, on the worker; if it would wait and fd is a
- * regular file or a block device, c off the worker; a character device
- * (a tty) becomes managed and poll-first (HK_ADOPTED); else c itself. */
+ * regular file or a block device, c off the worker; a tty becomes managed
+ * and poll-first (HK_ADOPTED); else c itself. */
 long hk_file_io(int fd, const struct hk_call *c, const struct hk_call *nw) HK_HIDDEN;
-/* hk_file_io's answer for a character device (a tty, a pty) that has no
+/* hk_file_io's answer for a tty or pty, which has no
  * RWF_NOWAIT: it is now managed and marked HK_POLLFIRST, and the caller
  * takes the managed path. Below every -errno. */
 #define HK_ADOPTED (-4096L - 1)

@@ -299,6 +299,14 @@ int config_load(const fern_config *cfg, struct config *out)
                        &v)))
         return r;
     n.trace_threads = v == 1;
+    /* FERN_MEMBARRIER is read where membarrier is probed (base/membarrier.c,
+     * which may run before fern_init); here it is only checked. */
+    v = 0;
+    if ((r = env_count("FERN_MEMBARRIER", 0, 1,
+                       "0 (act as if the kernel had no membarrier) or 1 (the default: use it "
+                       "where the kernel has it)",
+                       &v)))
+        return r;
     /* Stack hibernation (docs/stacks.md): off unless asked for. */
     long hus = c.hibernate_us;
     if (hus != 0 && hus != FERN_HIBERNATE_OFF && (hus < 1 || hus > FERN_HIBERNATE_MAX_US)) {

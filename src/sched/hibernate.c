@@ -123,6 +123,7 @@ struct hib_block {
                                       * [sp, top); 24-31: touches; 32-63: when the
                                       * last touch was (HIB_TICKS) */
 #define B_LIVE(b) (B_WORD3(b) & 0xffffffu)
+_Static_assert(HIB_LIVE_MAX < (1u << 24), "a block's live size must fit B_LIVE's 24 bits");
 #define B_TOUCHES(b) ((unsigned)(B_WORD3(b) >> 24) & 0xffu)
 #define B_TOUCH_AT(b) ((uint32_t)(B_WORD3(b) >> 32))
 /* The clock in units of 65.5 us, mod 2^32 (a 78-hour wrap): differences of
@@ -433,6 +434,8 @@ static void signals_block(sigset_t *old)
     sigdelset(&all, SIGBUS);
     sigdelset(&all, SIGILL);
     sigdelset(&all, SIGFPE);
+    sigdelset(&all, SIGTRAP); /* a debugger's breakpoint */
+    sigdelset(&all, SIGSYS);  /* a seccomp filter's RET_TRAP on restore's calls */
     pthread_sigmask(SIG_BLOCK, &all, old);
 }
 

@@ -202,7 +202,9 @@ TEST_P(HookFile, EveryCallAsLibc) {
     uint64_t off = pool_expected() ? after.file_pool_ops - before.file_pool_ops
                                  : after.file_uring_ops - before.file_uring_ops;
     EXPECT_GE(off, 20u);
-    if (have_preadv2()) EXPECT_GT(after.file_nowait_hits, before.file_nowait_hits);
+    if (have_preadv2()) {
+        EXPECT_GT(after.file_nowait_hits, before.file_nowait_hits);
+    }
     // A plain thread: the plain system calls.
     every_call(scratch("plain") + std::to_string(GetParam()));
     EXPECT_EQ(stats().file_uring_ops, after.file_uring_ops);

@@ -21,7 +21,7 @@ namespace {
 const char *const kVars[] = {"FERN_WORKERS", "FERN_STACK_SIZE",   "FERN_BIAS",
                              "FERN_BLOCKING_MAX", "FERN_GUARD", "FERN_GUARD_BUDGET",
                              "FERN_DUMP_SIGNAL", "FERN_IO_URING",
-                             "FERN_HIBERNATE", "FERN_HIBERNATE_US"};
+                             "FERN_HIBERNATE", "FERN_HIBERNATE_US", "FERN_MEMBARRIER"};
 
 // Every test starts with the runtime stopped and no FERN_ variable set, and
 // leaves the environment as it found it.
@@ -185,6 +185,10 @@ TEST_F(Config, OtherVariablesRejected) {
     expect_rejected("FERN_DUMP_SIGNAL", "-1", sig);
     expect_rejected("FERN_DUMP_SIGNAL", "999", sig);
     expect_rejected("FERN_DUMP_SIGNAL", "12x", sig);
+    const char *mb = "0 (act as if the kernel had no membarrier) or 1 (the default: use it "
+                     "where the kernel has it)";
+    expect_rejected("FERN_MEMBARRIER", "no", mb);
+    expect_rejected("FERN_MEMBARRIER", "2", mb);
 }
 
 TEST_F(Config, HibernateRejected) {

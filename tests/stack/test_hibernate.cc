@@ -315,7 +315,9 @@ TEST_F(Hibernate, WokenByDescriptor) {
     // own thread's resume, never through the fault handler. (Under
     // AddressSanitizer the stacks are touched before they resume, as in
     // TracedBatchesAndRestores.)
-    if (!kAsan) EXPECT_EQ(touches0, stats().hibernate_touches);
+    if (!kAsan) {
+        EXPECT_EQ(touches0, stats().hibernate_touches);
+    }
     for (long i = 0; i < n; i++) {
         close(rd[(size_t)i]);
         close(wr[(size_t)i]);
@@ -486,7 +488,9 @@ TEST_F(Hibernate, TracedBatchesAndRestores) {
     // Under AddressSanitizer the sleepers' stacks are touched (its fake
     // stacks and shadow checks) before they resume, so every restore can be
     // a touch's, which is not recorded.
-    if (!kAsan) EXPECT_GT(resumed, 0u);
+    if (!kAsan) {
+        EXPECT_GT(resumed, 0u);
+    }
     ASSERT_EQ(0, fern_trace_stop());
     FILE *f = fopen(path, "r");
     ASSERT_NE(nullptr, f);
@@ -497,8 +501,9 @@ TEST_F(Hibernate, TracedBatchesAndRestores) {
     fclose(f);
     unlink(path);
     EXPECT_NE(std::string::npos, text.find("\"name\":\"hibernated stacks\"")) << text.size();
-    if (resumed > 0)
+    if (resumed > 0) {
         EXPECT_NE(std::string::npos, text.find("\"name\":\"restored hibernated stacks\""));
+    }
 }
 
 // A restore that a touch forces runs in the fault handler (a plain
