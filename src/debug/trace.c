@@ -1134,9 +1134,12 @@ static void clock_setup(void)
             n1 = fern_now_ns();
         while (n1 - n0 < 2000000);
         uint64_t c1 = arch_cycles();
-        if (c1 > c0) {
-            /* ns per tick * 2^32 */
-            S.mul = (uint64_t)(((unsigned __int128)(uint64_t)(n1 - n0) << 32) / (c1 - c0));
+        uint64_t d = (uint64_t)(n1 - n0);
+        if (c1 > c0 && d < (uint64_t)1 << 31) {
+            /* ns per tick * 2^32, in 64 bits (d << 32 < 2^63): no 128-bit
+             * division, which would call a libgcc helper that a program
+             * linked with libfern.a could preempt (CMakeLists.txt). */
+            S.mul = (d << 32) / (c1 - c0);
             STORE_RELAXED(&trace_tsc, 1);
         }
     }

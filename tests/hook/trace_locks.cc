@@ -137,6 +137,12 @@ TEST(HookTrace, FlightRecorderDumpFromAGreenThread) {
 // A crash on a green thread, with fern-hook: the report's signal handler
 // writes its line and the flight recorder's dump.
 TEST(HookTraceDeathTest, CrashDumpsTheFlightRecorder) {
+#ifdef FERN_TEST_EMULATED
+    // qemu-user cannot fork this process once fern-hook's earlier tests
+    // have left kernel threads in it (qemu's own assertions fail in the
+    // child); the path is the same on every architecture and runs natively.
+    GTEST_SKIP() << "a death test after threads: not under qemu-user";
+#endif
     GTEST_FLAG_SET(death_test_style, fern_test::death_style());
     std::string dir = "/tmp/fern-hook-crash-" + std::to_string(getuid());
     clean(dir);

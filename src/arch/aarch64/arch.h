@@ -112,9 +112,11 @@ static inline void arch_hib_frame(uint64_t *f, const void *real_sp, void *t, voi
 #define ARCH_PREEMPT 1
 /* A program linked with libfern.a is preempted as on x86_64: the PLT
  * stubs fern calls libc through are excluded (watch/preemptible.c), and
- * the outline-atomics helpers fern's spin locks call are copied into
- * fern's section from libgcc.a (cmake/nopreempt.cmake). Either left
- * preemptible deadlocked tests/cross/prog.c under qemu. */
+ * fern is compiled with -mno-outline-atomics (CMakeLists.txt), so its spin
+ * locks call no libgcc helper that would sit in the program's preemptible
+ * code (any other helper it called would be copied into fern's section by
+ * cmake/nopreempt.cmake). The PLT or the helpers left preemptible
+ * deadlocked tests/cross/prog.c under qemu. */
 #define ARCH_PREEMPT_STATIC 1
 
 void fern_preempt_tramp(void) __attribute__((visibility("hidden")));
