@@ -83,7 +83,8 @@ void hk_adopt(int fd, const struct hk_fd *from)
     __atomic_store_n(&h->sndto, sto, __ATOMIC_RELAXED);
     uint32_t st = HK_MANAGED | (from ? hk_state(from) & HK_POLLFIRST : 0);
     if (from && !(hk_state(from) & HK_MANAGED))
-        st = hk_state(from) & HK_DIRECT; /* a copy of an O_DIRECT file */
+        st = hk_state(from) & HK_HINTS; /* a copy of a file: the same description */
+    __atomic_store_n(&h->spec, 0, __ATOMIC_RELAXED);
     struct stat sb;
     if (hk_sys(SYS_fstat, fd, &sb) < 0)
         st = 0;
@@ -114,7 +115,7 @@ int hk_adopt_tty(int fd)
     /* Unlike hk_adopt, nothing is forgotten: fd is open and the same tty,
      * and a thread already parked on it (an adopter that won) must stay. */
     while (!(st & HK_MANAGED))
-        if (__atomic_compare_exchange_n(&h->st, &st, st | HK_MANAGED | HK_POLLFIRST, 0,
+        if (__atomic_compare_exchange_n(&h->st, &st, (st & ~HK_HINTS) | HK_MANAGED | HK_POLLFIRST, 0,
                                         __ATOMIC_RELEASE, __ATOMIC_RELAXED))
             break;
     return 1;
@@ -129,6 +130,22 @@ void hk_mark_direct(int fd, int on)
         __atomic_fetch_or(&h->st, HK_DIRECT, __ATOMIC_ACQ_REL);
     else
         __atomic_fetch_and(&h->st, ~HK_DIRECT, __ATOMIC_ACQ_REL);
+    /* What RWF_NOWAIT answered was for the old mode (ext4 refuses it for
+     * buffered writes only): ask again. */
+    __atomic_fetch_and(&h->st, ~(HK_NOWAIT_R | HK_NOWAIT_W), __ATOMIC_ACQ_REL);
+}
+
+struct hk_fd *hk_mark_file(int fd, uint32_t bits)
+{
+    struct hk_fd *h = hk_fd_get(fd);
+    if (!h)
+        return NULL;
+    uint32_t st = hk_state(h);
+    while (!(st & HK_MANAGED))
+        if (__atomic_compare_exchange_n(&h->st, &st, st | bits, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+            break;
+    return h;
 }
 
 void hk_drop(int fd)
@@ -136,6 +153,7 @@ void hk_drop(int fd)
     struct hk_fd *h = hk_fd_find(fd);
     if (h && hk_state(h)) {
         __atomic_store_n(&h->st, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&h->spec, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&h->rcvto, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&h->sndto, 0, __ATOMIC_RELAXED);
     }
@@ -147,7 +165,7 @@ static long hk_copied(int fd, long nfd)
 {
     if (nfd >= 0) {
         struct hk_fd *h = hk_fd_find(fd);
-        if (hk_state(h) & (HK_MANAGED | HK_DIRECT))
+        if (hk_state(h) & (HK_MANAGED | HK_HINTS))
             hk_adopt((int)nfd, h);
         else if (hk_state(hk_fd_find((int)nfd)))
             hk_drop((int)nfd);
@@ -209,7 +227,7 @@ static long hk_fcntl(int fd, int cmd, long arg)
     case F_SETFL: {
         long r = hk_sys(SYS_fcntl, fd, cmd, arg);
         if (r == 0 && !(hk_state(hk_fd_find(fd)) & HK_MANAGED))
-            hk_mark_direct(fd, (arg & O_DIRECT) != 0);
+            hk_mark_direct(fd, (arg & O_DIRECT) != 0); /* clears HK_NOWAIT_* too */
         return r;
     }
     case F_SETLKW:

@@ -63,24 +63,191 @@ static inline long hk_file_6(long nr, long a0, long a1, long a2, long a3, long a
 }
 #define hk_file_(nr, ...) hk_file_6(nr, __VA_ARGS__)
 
+/* ---- what the hook remembers of a file ----
+ *
+ * Per descriptor (hook.h's hints, on the fd's entry):
+ *  - HK_REGULAR, from one fstat: a regular file or a block device. A first
+ *    attempt that would wait then goes off the worker without asking fstat
+ *    again; the first page-cache hit of a descriptor asks it once (HK_SEEN).
+ *  - HK_NOWAIT_R / HK_NOWAIT_W: RWF_NOWAIT was refused (EOPNOTSUPP; ext4
+ *    refuses it for every buffered write), so that direction goes off the
+ *    worker at once: one system call per write instead of three.
+ *  - The page-cache streak (hk_fd.spec): how many positioned reads in a row
+ *    the cache served. preadv2(RWF_NOWAIT) costs ~1.2x a plain pread64 on
+ *    6.18 (importing the iovec, not the flag: preadv2 without flags costs
+ *    the same), so once a descriptor has earned it (SPEC_BASE hits in a
+ *    row) its preads are made as the plain call on the worker, timed with
+ *    the cycle counter. One that took longer than SPEC_US (plus 1 us per
+ *    KiB asked) held the worker too long, a miss or not (a 4 KiB hit takes
+ *    ~0.7 us; a pread of a cached block passed 20 us ~300-700 times per
+ *    million on a loaded 2-CPU VM, 100 us 6-23 times: the host's jitter).
+ *    Then the streak starts again, and its price (SPEC_BASE << k hits)
+ *    follows the plain reads made since it was earned: fewer than
+ *    SPEC_RUN_SHORT (a file that misses) doubles it, up to k = SPEC_KMAX,
+ *    where a file that misses now and then never earns it again; more than
+ *    SPEC_RUN_LONG (jitter) halves it. So a speculative read holds a worker
+ *    longer than SPEC_US at most once per SPEC_RUN_SHORT fast ones, plus
+ *    SPEC_KMAX times. SPEC_RUN_SHORT is about where the ~0.15 us each plain
+ *    read saves pays for one worker held 100 us. Only positioned reads: a pipe, a socket or a tty
+ *    a stale hint took for a file answers pread with ESPIPE at once, where a
+ *    plain read would wait.
+ */
+#define SPEC_BASE 64u
+#define SPEC_KMAX 10u
+#define SPEC_US   100u
+#define SPEC_RUN_SHORT 1024u
+#define SPEC_RUN_LONG  16384u
+#define SPEC_HITS(w) ((w) & 0xffffffu)
+#define SPEC_K(w)    ((w) >> 24)
+
+#if defined(__x86_64__)
+static inline uint64_t hk_cycles(void) { return __builtin_ia32_rdtsc(); }
+#define HK_SPEC 1
+#elif defined(__aarch64__)
+static inline uint64_t hk_cycles(void)
+{
+    uint64_t v;
+    __asm__ volatile("isb; mrs %0, cntvct_el0" : "=r"(v) : : "memory");
+    return v;
+}
+#define HK_SPEC 1
+#else
+#define HK_SPEC 0
+#endif
+
+#if HK_SPEC
+/* The cycle counter's ticks per microsecond, measured against
+ * CLOCK_MONOTONIC over the first 2 ms after the first ask; 0 until then
+ * (no streak is acted on meanwhile). Racing callers compute the same. */
+static uint64_t cal_t0, cal_ns0, cal_tpu;
+static uint64_t ticks_per_us(void)
+{
+    uint64_t r = __atomic_load_n(&cal_tpu, __ATOMIC_RELAXED);
+    if (HK_LIKELY(r))
+        return r;
+    uint64_t t = hk_cycles();
+    int64_t ns = fern_now_ns();
+    uint64_t t0 = __atomic_load_n(&cal_t0, __ATOMIC_ACQUIRE);
+    if (!t0) {
+        uint64_t zero = 0;
+        if (__atomic_compare_exchange_n(&cal_t0, &zero, t ? t : 1, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+            __atomic_store_n(&cal_ns0, (uint64_t)ns, __ATOMIC_RELEASE);
+        return 0;
+    }
+    uint64_t ns0 = __atomic_load_n(&cal_ns0, __ATOMIC_ACQUIRE);
+    if (!ns0 || (uint64_t)ns < ns0 + 2000000)
+        return 0;
+    r = (t - t0) * 1000 / ((uint64_t)ns - ns0);
+    if (!r)
+        r = 1;
+    __atomic_store_n(&cal_tpu, r, __ATOMIC_RELAXED);
+    return r;
+}
+#endif
+
+static void spec_hit(struct hk_fd *h)
+{
+    uint32_t w = __atomic_load_n(&h->spec, __ATOMIC_RELAXED);
+    if (SPEC_HITS(w) < 0xffffffu)
+        __atomic_store_n(&h->spec, w + 1, __ATOMIC_RELAXED);
+}
+
+/* A speculative read held the worker too long. The plain reads since the
+ * streak was earned (the run) say whether it was the file or the host: a
+ * short run, a file that misses, raises the price; a long one, jitter now
+ * and then, lowers it. Either way the streak starts again. */
+static void spec_slow(struct hk_fd *h)
+{
+    uint32_t w = __atomic_load_n(&h->spec, __ATOMIC_RELAXED), k = SPEC_K(w);
+    uint32_t run = SPEC_HITS(w) - (SPEC_BASE << k);
+    if (run < SPEC_RUN_SHORT && k < SPEC_KMAX)
+        k++;
+    else if (run >= SPEC_RUN_LONG && k > 0)
+        k--;
+    __atomic_store_n(&h->spec, k << 24, __ATOMIC_RELAXED);
+}
+
+static int is_positioned(long nr) { return nr == SYS_pread64 || nr == SYS_preadv || nr == SYS_preadv2; }
+
+/* The bytes a preadv2 first attempt asks for. */
+static size_t ask_len(const struct hk_call *nw)
+{
+    const struct iovec *v = (const struct iovec *)nw->a[1];
+    size_t n = 0;
+    for (long i = 0; i < nw->a[2]; i++)
+        n += v[i].iov_len;
+    return n;
+}
+
+/* An fd the first attempt could not serve: is it a file (HK_REGULAR, kept)? */
+static int file_kind(int fd, struct stat *sb)
+{
+    if (hk_sys(SYS_fstat, fd, sb) < 0)
+        return -1;
+    return S_ISREG(sb->st_mode) || S_ISBLK(sb->st_mode);
+}
+
 long hk_file_io(int fd, const struct hk_call *c, const struct hk_call *nw)
 {
+    struct hk_fd *h = hk_fd_find(fd);
+    uint32_t st = hk_state(h);
+    int wr = nw->nr == SYS_pwritev2;
     /* O_DIRECT has no page cache to hit, and its RWF_NOWAIT read still
-     * waits for the device: straight off the worker. */
-    if (hk_state(hk_fd_find(fd)) & HK_DIRECT)
+     * waits for the device: straight off the worker. So is a direction
+     * whose RWF_NOWAIT this file refused. */
+    if ((st & HK_DIRECT) || ((st & HK_REGULAR) && (st & (wr ? HK_NOWAIT_W : HK_NOWAIT_R))))
         return off_worker(c->nr, c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5]);
-    /* Without preadv2/pwritev2 (qemu-user: the runtime's probe) there is no
-     * first attempt to make: as for EOPNOTSUPP. */
-    if (HK_LIKELY(fern__file_rwf())) {
-        long r = hk_do(nw);
-        if (HK_LIKELY(r != -EAGAIN && r != -EOPNOTSUPP)) {
-            if (r >= 0)
-                fern__file_nowait_hit();
+#if HK_SPEC
+    if ((st & HK_REGULAR) && !wr && is_positioned(c->nr)) {
+        uint32_t w = __atomic_load_n(&h->spec, __ATOMIC_RELAXED);
+        uint64_t tpu;
+        if (SPEC_HITS(w) >= SPEC_BASE << SPEC_K(w) && (tpu = ticks_per_us())) {
+            uint64_t t0 = hk_cycles();
+            long r = hk_do(c);
+            uint64_t dt = hk_cycles() - t0;
+            if (dt > tpu * (SPEC_US + ask_len(nw) / 1024))
+                spec_slow(h);
+            else
+                spec_hit(h);
+            fern__file_nowait_hit(); /* served on the worker */
             return r;
         }
     }
+#endif
+    /* Without preadv2/pwritev2 (qemu-user: the runtime's probe) there is no
+     * first attempt to make: as for EOPNOTSUPP. */
+    long r = -EOPNOTSUPP;
+    if (HK_LIKELY(fern__file_rwf())) {
+        r = hk_do(nw);
+        if (HK_LIKELY(r != -EAGAIN && r != -EOPNOTSUPP)) {
+            if (r >= 0) {
+                fern__file_nowait_hit();
+                if (st & HK_REGULAR) {
+                    if (!wr)
+                        spec_hit(h);
+                } else if (!(st & HK_SEEN) && hk_mark_file(fd, 0)) {
+                    /* A descriptor's first hit: is it a file (once)? */
+                    struct stat sb;
+                    int k = file_kind(fd, &sb);
+                    if (k >= 0)
+                        hk_mark_file(fd, HK_SEEN | (k ? HK_REGULAR : 0));
+                }
+            }
+            return r;
+        }
+    }
+    if (st & HK_REGULAR) {
+        if (r == -EOPNOTSUPP)
+            hk_mark_file(fd, wr ? HK_NOWAIT_W : HK_NOWAIT_R);
+        else if (!wr) /* a miss: the streak starts again */
+            __atomic_store_n(&h->spec, __atomic_load_n(&h->spec, __ATOMIC_RELAXED) & 0xff000000u,
+                             __ATOMIC_RELAXED);
+        return off_worker(c->nr, c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5]);
+    }
     struct stat sb;
-    if (hk_sys(SYS_fstat, fd, &sb) < 0)
+    int k = file_kind(fd, &sb);
+    if (k < 0)
         return hk_do(c);
     if (S_ISCHR(sb.st_mode)) {
         /* A tty or pty (opened with open, so never managed): no per-call
@@ -92,8 +259,10 @@ long hk_file_io(int fd, const struct hk_call *c, const struct hk_call *nw)
             return hk_do(c); /* not a tty, or no entry for it (out of memory) */
         return HK_ADOPTED;
     }
-    if (!(S_ISREG(sb.st_mode) || S_ISBLK(sb.st_mode)))
+    if (!k)
         return hk_do(c); /* not a file: the plain call, as libc makes it */
+    hk_mark_file(fd, HK_SEEN | HK_REGULAR |
+                         (r == -EOPNOTSUPP && fern__file_rwf() ? (wr ? HK_NOWAIT_W : HK_NOWAIT_R) : 0));
     return off_worker(c->nr, c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5]);
 }
 

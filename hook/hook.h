@@ -119,9 +119,19 @@ static inline long hk_ret(long r)
 #define HK_POLLFIRST 4u /* RWF_NOWAIT refused: wait for poll, then the plain call */
 #define HK_WINDOW    8u /* socket.c has O_NONBLOCK on for one accept/connect */
 #define HK_DIRECT    16u /* an unmanaged file opened (or set) O_DIRECT: file.c */
+/* Hints file.c keeps on an unmanaged descriptor (never on a managed one).
+ * A hint only chooses a path, never the answer: every path makes the same
+ * call, on the worker or off it, so a hint left behind by a close the hook
+ * did not see (fclose) costs the next holder of the number a path at most. */
+#define HK_SEEN      32u  /* fstat'ed once: HK_REGULAR says what it is */
+#define HK_REGULAR   64u  /* a regular file or a block device */
+#define HK_NOWAIT_R  128u /* preadv2(RWF_NOWAIT) answered EOPNOTSUPP */
+#define HK_NOWAIT_W  256u /* pwritev2(RWF_NOWAIT) answered EOPNOTSUPP (ext4's buffered writes) */
+#define HK_HINTS     (HK_DIRECT | HK_SEEN | HK_REGULAR | HK_NOWAIT_R | HK_NOWAIT_W)
 
 struct hk_fd {
     uint32_t st;            /* HK_* bits, atomic */
+    uint32_t spec;          /* file.c: the page-cache streak and its price, atomic */
     int64_t rcvto, sndto;   /* SO_RCVTIMEO / SO_SNDTIMEO in ns, 0: none */
     uint64_t dev, ino;      /* the file it was adopted for (fd.c: stale entries) */
 };
@@ -138,6 +148,9 @@ void hk_adopt(int fd, const struct hk_fd *from) HK_HIDDEN;
 int hk_adopt_tty(int fd) HK_HIDDEN;
 /* Record whether an unmanaged fd is O_DIRECT (file.c). */
 void hk_mark_direct(int fd, int on) HK_HIDDEN;
+/* Add hint bits (HK_SEEN, HK_REGULAR, HK_NOWAIT_*) to an unmanaged fd's entry
+ * (made if need be); a managed fd's is left alone. The entry, or NULL. */
+struct hk_fd *hk_mark_file(int fd, uint32_t bits) HK_HIDDEN;
 /* fd is being closed or replaced: wake its waiters (EBADF), forget it. */
 void hk_drop(int fd) HK_HIDDEN;
 static inline uint32_t hk_state(const struct hk_fd *h)
