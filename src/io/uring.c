@@ -245,14 +245,10 @@ static struct uring *ring_of(unsigned i)
 
 bool uring_tag(uint64_t tag) { return tag >= EV_RING_BASE && tag < EV_RING_BASE + URING_MAX; }
 
-/* The poller saw ring (tag)'s eventfd: reap every completion. */
-void uring_reap(uint64_t tag)
+/* Take every completion of r off its queue (r->lock held): the ops, chained. */
+static struct uop *reap_locked(struct uring *r)
 {
-    struct uring *r = LOAD(&U.r[tag - EV_RING_BASE]);
-    if (!r)
-        return;
     struct uop *chain = NULL, **tail = &chain;
-    spin_lock(&r->lock);
     uint32_t head = LOAD_RELAXED(r->cq_head);
     uint32_t end = __atomic_load_n(r->cq_tail, __ATOMIC_ACQUIRE);
     for (; head != end; head++) {
@@ -264,13 +260,30 @@ void uring_reap(uint64_t tag)
         tail = &op->next;
     }
     __atomic_store_n(r->cq_head, head, __ATOMIC_RELEASE);
-    spin_unlock(&r->lock);
-    /* Wake after the unlock: a woken thread's op (on its stack) is gone. */
+    return chain;
+}
+
+/* Wake the ops of a chain, after the ring's lock is dropped: a woken
+ * thread's op (on its stack) is gone. */
+static void wake_chain(struct uop *chain)
+{
     while (chain) {
         struct uop *op = chain;
         chain = op->next;
         waiter_wake(&op->wt);
     }
+}
+
+/* The poller saw ring (tag)'s eventfd: reap every completion. */
+void uring_reap(uint64_t tag)
+{
+    struct uring *r = LOAD(&U.r[tag - EV_RING_BASE]);
+    if (!r)
+        return;
+    spin_lock(&r->lock);
+    struct uop *chain = reap_locked(r);
+    spin_unlock(&r->lock);
+    wake_chain(chain);
 }
 
 /* The after action of uring_run: the thread is parked, its registers
@@ -295,8 +308,16 @@ static void uring_submit(void *arg)
             /* Consumed (the head moved past it): its CQE will come, even
              * if the call reported an error for the rest. */
             if (e == 1 || __atomic_load_n(r->sq_head, __ATOMIC_ACQUIRE) != tail) {
+                /* The completion wakes it. It may be posted already: a read
+                 * the page cache served inline, and the completions of
+                 * earlier reads, which the kernel finishes as task work on
+                 * this thread when it enters: reaped here, they skip the
+                 * eventfd's round through the poller (which then finds
+                 * the queue empty). */
+                struct uop *chain = reap_locked(r);
                 spin_unlock(&r->lock);
-                return; /* the completion wakes it (uring_reap) */
+                wake_chain(chain);
+                return;
             }
             /* Not taken: withdraw the SQE (the kernel consumed nothing). */
             __atomic_store_n(r->sq_tail, tail, __ATOMIC_RELEASE);
