@@ -15,8 +15,9 @@
  * line side, which fern_slow.hib (base/slow.h) sends it to from hib_init on.
  *
  * Who hibernates: the monitor (watch/monitor.c), in batches, never a worker.
- * A batch of up to HIB_BATCH threads costs one membarrier, three mprotect
- * calls and one MADV_DONTNEED per run of adjacent slots, and one
+ * A batch of up to HIB_BATCH threads costs one membarrier, two
+ * pkey_mprotect calls (three mprotect calls without a protection key) and
+ * one MADV_DONTNEED per run of adjacent slots, and one
  * process_madvise for all guards (a page each, on pages already empty: no
  * zap and no TLB flush per stack).
  *
@@ -35,8 +36,10 @@
  * Writes while the monitor copies. Another thread may write into the
  * parked stack at any time (a waker filling in its waiter record, a channel
  * sender's value, user code through a pointer). So each run of slots is
- * made read-only (mprotect) before the copy and writable again after the
- * guards are in: a write in between faults, and the fault handler
+ * shut (RUN_SHUT: tagged with a protection key every other thread's PKRU
+ * denies, or read-only then PROT_NONE without one) before the copy and
+ * opened again after the guards are in: a touch in between faults, and
+ * the fault handler
  * (hib_fault) waits for the batch to end, restores the stack and lets the
  * write go ahead on the restored copy. No write is lost.
  *
@@ -51,8 +54,9 @@
  * is never hibernated (HN_KERNEL); docs/stacks.md says what remains.
  *
  * Restoring (by the thread itself in hib_resume, or by a toucher): DONE ->
- * RESTORING (CAS: one restorer), guard markers removed, the bytes copied
- * back, RESIDENT. The block is freed only by the thread's own hib_resume
+ * RESTORING (CAS: one restorer), the runs shut, guard markers removed, the
+ * bytes copied back (with the key open in the restorer's PKRU alone, or
+ * through /proc/self/mem without a key), the runs opened, RESIDENT. The block is freed only by the thread's own hib_resume
  * (a toucher may not free it: the frame in it is what the thread's next
  * switch pops), which also takes RESIDENT -> NONE.
  */
