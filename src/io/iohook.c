@@ -12,6 +12,7 @@
  */
 #include "io.h"
 #include "io/hookapi.h"
+#include "sched/hibernate.h"
 
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -85,7 +86,12 @@ static void unlock_many(void *arg)
 
 int fern__io_park(const struct fern__pollent *pe, int n, int64_t deadline)
 {
-    struct waiter few[4], *wts = n <= 4 ? few : calloc((size_t)n, sizeof *wts);
+    /* The waiters, which an edge reads and other waiters' unlinks write:
+     * on the heap while stacks may be hibernated, as io_wait's parker is
+     * in the fd entry, so a wake-up reads nothing on the parked stack (the
+     * thread is restored by its own resume, not by a waker's touch). */
+    bool heap = n > 4 || LOAD_RELAXED(&hib_on);
+    struct waiter few[4], *wts = !heap ? few : calloc((size_t)n, sizeof *wts);
     if (!wts)
         return FERN__PARK_NOMEM;
     struct parker p;

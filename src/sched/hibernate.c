@@ -15,8 +15,9 @@
  * line side, which fern_slow.hib (base/slow.h) sends it to from hib_init on.
  *
  * Who hibernates: the monitor (watch/monitor.c), in batches, never a worker.
- * A batch of up to HIB_BATCH threads costs one membarrier, three mprotect
- * calls and one MADV_DONTNEED per run of adjacent slots, and one
+ * A batch of up to HIB_BATCH threads costs one membarrier, two
+ * pkey_mprotect calls (three mprotect calls without a protection key) and
+ * one MADV_DONTNEED per run of adjacent slots, and one
  * process_madvise for all guards (a page each, on pages already empty: no
  * zap and no TLB flush per stack).
  *
@@ -35,8 +36,10 @@
  * Writes while the monitor copies. Another thread may write into the
  * parked stack at any time (a waker filling in its waiter record, a channel
  * sender's value, user code through a pointer). So each run of slots is
- * made read-only (mprotect) before the copy and writable again after the
- * guards are in: a write in between faults, and the fault handler
+ * shut (RUN_SHUT: tagged with a protection key every other thread's PKRU
+ * denies, or read-only then PROT_NONE without one) before the copy and
+ * opened again after the guards are in: a touch in between faults, and
+ * the fault handler
  * (hib_fault) waits for the batch to end, restores the stack and lets the
  * write go ahead on the restored copy. No write is lost.
  *
@@ -51,8 +54,9 @@
  * is never hibernated (HN_KERNEL); docs/stacks.md says what remains.
  *
  * Restoring (by the thread itself in hib_resume, or by a toucher): DONE ->
- * RESTORING (CAS: one restorer), guard markers removed, the bytes copied
- * back, RESIDENT. The block is freed only by the thread's own hib_resume
+ * RESTORING (CAS: one restorer), the runs shut, guard markers removed, the
+ * bytes copied back (with the key open in the restorer's PKRU alone, or
+ * through /proc/self/mem without a key), the runs opened, RESIDENT. The block is freed only by the thread's own hib_resume
  * (a toucher may not free it: the frame in it is what the thread's next
  * switch pops), which also takes RESIDENT -> NONE.
  */
@@ -168,7 +172,8 @@ static struct {
     bool scanning, pending, marked;
     uint32_t touched;           /* a touch restored stacks: scan again (any thread) */
     uint32_t gen;               /* +1 each time stacks become accessible again */
-    int mem_fd;                 /* /proc/self/mem (mem_fd) */
+    int pkey;                   /* the protection key of RUN_SHUT, or -1 */
+    int mem_fd;                 /* /proc/self/mem (mem_fd), without a key */
     ino_t mem_ino;
     dev_t mem_dev;
     long mem_pid;               /* the process that opened mem_fd */
@@ -252,9 +257,23 @@ void hib_init(void)
             munmap(p, pg);
         }
     }
-    int fd = mem_open();
+    /* A protection key, if the CPU and kernel have one to spare: then the
+     * restorer copies the bytes back itself, with only its own PKRU let
+     * through, and /proc/self/mem is not needed. pkey_alloc leaves the key
+     * denied in this thread's PKRU, and every other thread's denies it too
+     * (the kernel's initial PKRU denies every key but 0, and a new thread
+     * inherits its creator's). */
+    H.pkey = -1;
+    if (ARCH_PKEYS) {
+        long k = syscall(SYS_pkey_alloc, 0, PKEY_DISABLE_ACCESS);
+        if (k > 0 && k < 16 && (arch_pkru_read() >> (2 * k) & 1))
+            H.pkey = (int)k;
+        else if (k >= 0)
+            (void)syscall(SYS_pkey_free, k);
+    }
+    int fd = H.pkey >= 0 ? -1 : mem_open();
     struct stat st;
-    int e = fd < 0 ? fd : mem_stat(fd, &st);
+    int e = H.pkey >= 0 ? 0 : fd < 0 ? fd : mem_stat(fd, &st);
     if (e < 0) {
         fprintf(stderr, "fern: stack hibernation needs /proc/self/mem (%s); it stays off\n",
                 strerror(-e));
@@ -262,10 +281,12 @@ void hib_init(void)
             mem_close(fd);
         return;
     }
-    H.mem_fd = fd;
-    H.mem_ino = st.st_ino;
-    H.mem_dev = st.st_dev;
-    H.mem_pid = arch_syscall6(SYS_getpid, 0, 0, 0, 0, 0, 0);
+    if (fd >= 0) {
+        H.mem_fd = fd;
+        H.mem_ino = st.st_ino;
+        H.mem_dev = st.st_dev;
+        H.mem_pid = arch_syscall6(SYS_getpid, 0, 0, 0, 0, 0, 0);
+    }
     H.delay_ns = config.hibernate_ns;
     H.next_scan = 0;
     H.scanning = H.pending = false;
@@ -281,6 +302,9 @@ void hib_fini(void)
     if (H.mem_fd >= 0)
         mem_close(H.mem_fd);
     H.mem_fd = -1;
+    if (H.pkey >= 0)
+        (void)syscall(SYS_pkey_free, H.pkey);
+    H.pkey = -1;
 }
 
 void hib_worker_start(void)
@@ -335,31 +359,67 @@ static unsigned run_end(const struct item *v, unsigned n, unsigned i)
     return i;
 }
 
-/* mprotect every run of adjacent items' slots [lo, top). */
-static bool protect_runs(struct item *v, unsigned n, int prot)
+/* What each_run does to a run of slots [lo, top). */
+enum {
+    RUN_READ_ONLY, /* PROT_READ (hibernating without a protection key) */
+    RUN_SHUT,      /* nobody but the caller may touch it: tagged with H.pkey,
+                    * which every thread's PKRU denies (the caller lets
+                    * itself through with key_open), or PROT_NONE without one */
+    RUN_OPEN,      /* read-write, key 0: as every stack is */
+    RUN_RELEASE,   /* MADV_DONTNEED: one page walk and one TLB flush per run,
+                    * not one per stack; guard markers stay (the slots' own
+                    * guard pages between the stacks of a run stay guards) */
+};
+
+static int pkey_mprotect_(void *p, size_t len, int prot, int key)
+{
+    return (int)syscall(SYS_pkey_mprotect, p, len, prot, key);
+}
+
+static int run_do(char *p, size_t len, int op)
+{
+    switch (op) {
+    case RUN_READ_ONLY:
+        return mprotect(p, len, PROT_READ);
+    case RUN_SHUT:
+        return H.pkey >= 0 ? pkey_mprotect_(p, len, PROT_READ | PROT_WRITE, H.pkey)
+                           : mprotect(p, len, PROT_NONE);
+    case RUN_OPEN:
+        return H.pkey >= 0 ? pkey_mprotect_(p, len, PROT_READ | PROT_WRITE, 0)
+                           : mprotect(p, len, PROT_READ | PROT_WRITE);
+    default:
+        return madvise(p, len, MADV_DONTNEED);
+    }
+}
+
+/* Apply op to every run of adjacent items' slots: one call per run. */
+static bool each_run(struct item *v, unsigned n, int op)
 {
     for (unsigned i = 0; i < n;) {
         unsigned j = run_end(v, n, i);
-        if (mprotect(v[i].lo, (size_t)(v[j].top - v[i].lo), prot) != 0)
+        if (run_do(v[i].lo, (size_t)(v[j].top - v[i].lo), op) != 0)
             return false;
         i = j + 1;
     }
     return true;
 }
 
-/* Free the pages of every run of adjacent items' slots: one MADV_DONTNEED
- * (one page walk and one TLB flush) per run, not one per stack. It leaves
- * guard markers in place (the slots' own guard pages between the stacks of
- * a run stay guards). */
-static bool release_runs(struct item *v, unsigned n)
+/* Let this thread through H.pkey (RUN_SHUT ranges) until key_close; it
+ * returns the PKRU to put back. Without a key: nothing. Signals are
+ * blocked meanwhile (a handler must not run with the key open), or the
+ * caller is the monitor, whose handlers never touch stacks. */
+static uint32_t key_open(void)
 {
-    for (unsigned i = 0; i < n;) {
-        unsigned j = run_end(v, n, i);
-        if (madvise(v[i].lo, (size_t)(v[j].top - v[i].lo), MADV_DONTNEED) != 0)
-            return false;
-        i = j + 1;
-    }
-    return true;
+    if (H.pkey < 0)
+        return 0;
+    uint32_t old = arch_pkru_read();
+    arch_pkru_write(old & ~(3u << (2 * H.pkey)));
+    return old;
+}
+static void key_close(uint32_t old)
+{
+    if (H.pkey >= 0)
+        arch_pkru_write(old);
 }
 
 /* The pages of an item's stack that hold its live bytes, [sp, top) rounded
@@ -439,11 +499,24 @@ static void signals_block(sigset_t *old)
     pthread_sigmask(SIG_BLOCK, &all, old);
 }
 
+/* Put a stack's saved bytes back in place while its range is RUN_SHUT:
+ * with a protection key, a copy with the key open (the caller opened it);
+ * without one, a write through /proc/self/mem (fd), the only write that
+ * reaches a PROT_NONE page. */
+static void put_back(int fd, const struct item *it)
+{
+    size_t live = (size_t)B_LIVE(it->b);
+    if (H.pkey >= 0)
+        copy_words(it->sp, it->b->data, live);
+    else
+        mem_write(fd, it->sp, it->b->data, live);
+}
+
 /* Restore n stacks whose threads the caller moved to H_RESTORING, in
  * ascending address order. Nobody may see a page between the removal of
  * its guard and the return of its bytes (it would read zeros), so the
- * ranges are PROT_NONE meanwhile (a touch faults and waits, as on the
- * guard) and the bytes go in through /proc/self/mem. */
+ * ranges are RUN_SHUT meanwhile (a touch faults and waits, as on the
+ * guard) and only this thread puts the bytes in (put_back). */
 static void restore(struct item *v, unsigned n, bool touched)
 {
     struct iovec iov[HIB_TOUCH_BATCH];
@@ -458,15 +531,17 @@ static void restore(struct item *v, unsigned n, bool touched)
      * it restores it) would wait for this very restore. Faults stay open. */
     sigset_t old;
     signals_block(&old);
-    int fd = mem_fd();
-    if (!protect_runs(v, n, PROT_NONE))
+    int fd = H.pkey >= 0 ? -1 : mem_fd();
+    if (!each_run(v, n, RUN_SHUT))
         die("fern: cannot protect a hibernated stack while it is restored (vm.max_map_count?); "
             "aborting\n");
     if (madvise_many(iov, n, MADV_GUARD_REMOVE) != want)
         die("fern: cannot remove a hibernated stack's guard markers; aborting\n");
+    uint32_t pkru = key_open();
     for (unsigned i = 0; i < n; i++)
-        mem_write(fd, v[i].sp, v[i].b->data, (size_t)B_LIVE(v[i].b));
-    if (!protect_runs(v, n, PROT_READ | PROT_WRITE))
+        put_back(fd, &v[i]);
+    key_close(pkru);
+    if (!each_run(v, n, RUN_OPEN))
         die("fern: cannot make a restored stack writable again; aborting\n");
     /* Recorded with signals still blocked. A touch's restore runs in the
      * fault handler, which may have interrupted a record into this
@@ -792,7 +867,12 @@ void hib_scan_flush(void)
         return;
     qsort(v, m, sizeof *v, item_cmp);
     unsigned k = 0;
-    if (protect_runs(v, m, PROT_READ)) {
+    /* With a protection key the runs are shut to every other thread from
+     * here on (one call per run, not two: readers wait too); without one,
+     * read-only for the copy, then PROT_NONE. */
+    bool keyed = H.pkey >= 0;
+    if (each_run(v, m, keyed ? RUN_SHUT : RUN_READ_ONLY)) {
+        uint32_t pkru = key_open();
         for (unsigned i = 0; i < m; i++) {
             struct hib_block *b = v[i].b;
             size_t live = (size_t)(v[i].top - v[i].sp);
@@ -811,10 +891,10 @@ void hib_scan_flush(void)
          * per run of adjacent slots; then the guard markers go in over the
          * live pages alone, which are empty by then (no page to free, no
          * TLB flush per stack). */
-        if (!protect_runs(v, m, PROT_NONE))
+        if (!keyed && !each_run(v, m, RUN_SHUT))
             die("fern: cannot protect stacks being hibernated (vm.max_map_count?); aborting\n");
         long done = -1;
-        if (release_runs(v, m))
+        if (each_run(v, m, RUN_RELEASE))
             done = madvise_many(H.iov, m, MADV_GUARD_INSTALL);
         /* Guards go in in order: the first k stacks are hibernated. */
         for (long left = done; k < m && left >= (long)H.iov[k].iov_len; k++)
@@ -822,17 +902,18 @@ void hib_scan_flush(void)
         /* The others have lost their pages (or some): remove any guard
          * half put in and put their bytes back; they stay resident. */
         if (k < m) {
-            int fd = mem_fd();
+            int fd = keyed ? -1 : mem_fd();
             for (unsigned i = k; i < m; i++) {
                 if (madvise_many(&H.iov[i], 1, MADV_GUARD_REMOVE) != (long)H.iov[i].iov_len)
                     die("fern: cannot undo a failed hibernation; aborting\n");
-                mem_write(fd, v[i].sp, v[i].b->data, (size_t)(v[i].top - v[i].sp));
+                put_back(fd, &v[i]);
             }
         }
+        key_close(pkru);
         for (unsigned i = 0; i < k; i++)
             if (!v[i].resident)
                 STORE_RELAXED(&v[i].t->sp, (void *)v[i].b);
-        if (!protect_runs(v, m, PROT_READ | PROT_WRITE)) {
+        if (!each_run(v, m, RUN_OPEN)) {
             fprintf(stderr, "fern: cannot make hibernated stacks writable again; aborting\n");
             abort();
         }
@@ -845,7 +926,7 @@ void hib_scan_flush(void)
         }
     } else {
         /* Out of mappings (vm.max_map_count): try again at the next scan. */
-        protect_runs(v, m, PROT_READ | PROT_WRITE);
+        each_run(v, m, RUN_OPEN);
     }
     ADD_RELAXED(&H.gen, 1); /* the windows are closed (see hib_fault) */
     hib_release_fence();

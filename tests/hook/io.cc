@@ -11,6 +11,7 @@
 #include <sys/uio.h>
 
 #include <cstring>
+#include <string>
 
 using namespace hook_test;
 
@@ -69,6 +70,58 @@ TEST(HookIo, ReadParksWriteWakes) {
     // kernel alike (one non-blocking attempt per call, hook/hook.h).
     EXPECT_FALSE(fcntl(p.p[0], F_GETFL) & O_NONBLOCK);
     EXPECT_FALSE(kernel_nonblock(p.p[0]));
+}
+
+// With hibernation on (test_hook_hibernate), readers parked in a hooked
+// read are hibernated, and the poller's wake-up reads nothing on their
+// stacks (fern-hook's waiter records are on the heap then): each stack is
+// restored by its own thread's resume, never through the fault handler.
+TEST(HookIo, HibernatedReadersWokenWithoutTouch) {
+    OneWorker w; // starts the runtime
+    struct fern_stats st {};
+    ASSERT_EQ(fern_stats(&st), 0);
+    if (!st.hibernate) GTEST_SKIP() << "hibernation is off (test_hook_hibernate turns it on)";
+    const int n = 100;
+    std::vector<int> rd(n), wr(n);
+    for (int i = 0; i < n; i++) {
+        int p[2];
+        ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+        rd[(size_t)i] = p[0];
+        wr[(size_t)i] = p[1];
+    }
+    uint64_t hib0 = st.hibernations;
+    std::atomic<int> good{0};
+    std::vector<fern_thread *> ts((size_t)n);
+    for (int i = 0; i < n; i++)
+        ts[(size_t)i] = w.spawn([&, i] {
+            char buf[64] = {}; // on the parked stack
+            std::string want = "line " + std::to_string(i);
+            if (read(rd[(size_t)i], buf, sizeof buf) == (ssize_t)want.size() &&
+                memcmp(buf, want.data(), want.size()) == 0)
+                good++;
+        });
+    ASSERT_TRUE(wait_until([&] {
+        struct fern_stats s {};
+        fern_stats(&s);
+        return s.hibernated >= (uint64_t)n && s.hibernations - hib0 >= (uint64_t)n;
+    }));
+    ASSERT_EQ(fern_stats(&st), 0);
+    uint64_t touches0 = st.hibernate_touches;
+    for (int i = 0; i < n; i++) {
+        std::string s = "line " + std::to_string(i);
+        ASSERT_EQ(write(wr[(size_t)i], s.data(), s.size()), (ssize_t)s.size());
+    }
+    for (auto *t : ts) ASSERT_EQ(fern_join(t, nullptr), 0);
+    EXPECT_EQ(good.load(), n);
+    ASSERT_EQ(fern_stats(&st), 0);
+#if !defined(__SANITIZE_ADDRESS__)
+    // (Under AddressSanitizer stacks are touched before they resume.)
+    EXPECT_EQ(st.hibernate_touches, touches0);
+#endif
+    for (int i = 0; i < n; i++) {
+        close(rd[(size_t)i]);
+        close(wr[(size_t)i]);
+    }
 }
 
 TEST(HookIo, ReadvWritevParks) {

@@ -172,8 +172,9 @@ long touch_range(World *w, long lo, long hi) {
     return wrong;
 }
 
-TEST_F(Hibernate, ForeignReadsAndWritesKeptStacksIntact) {
-    const long n = tsan_capped(scaled(10000, 200), 2000);
+// n parked threads (half holding 8 KiB of live stack), hibernated, then
+// written into and read by plain and green threads while they sleep.
+void foreign_touches_kept(long n) {
     World w;
     w.slots.assign((size_t)n, nullptr);
     w.bigs.assign((size_t)n, nullptr);
@@ -225,6 +226,63 @@ TEST_F(Hibernate, ForeignReadsAndWritesKeptStacksIntact) {
     for (auto *t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
     EXPECT_EQ(n, w.intact.load());
     EXPECT_EQ(0u, stats().hibernated);
+}
+
+TEST_F(Hibernate, ForeignReadsAndWritesKeptStacksIntact) {
+    foreign_touches_kept(tsan_capped(scaled(10000, 200), 2000));
+}
+
+// Protection keys this process can still allocate (each is freed again).
+int free_pkeys() {
+    std::vector<int> keys;
+    for (int k; (k = pkey_alloc(0, 0)) >= 0;) keys.push_back(k);
+    for (int k : keys) pkey_free(k);
+    return (int)keys.size();
+}
+
+// With a protection key to spare, hibernation holds one (restores copy the
+// bytes back with only the restorer's PKRU let through); with none left,
+// it falls back to writing through /proc/self/mem, and every touch is
+// still kept, in this process and in a forked child.
+TEST_F(Hibernate, WithoutProtectionKeyFallsBackToProcMem) {
+    ASSERT_EQ(0, fern_shutdown());
+    int before = free_pkeys();
+    ASSERT_TRUE(start_hibernating());
+    if (before > 0) {
+        EXPECT_EQ(before - 1, free_pkeys()) << "hibernation holds a protection key";
+    }
+    ASSERT_EQ(0, fern_shutdown());
+    std::vector<int> keys;
+    for (int k; (k = pkey_alloc(0, 0)) >= 0;) keys.push_back(k);
+    ASSERT_TRUE(start_hibernating());
+    foreign_touches_kept(tsan_capped(scaled(2000, 100), 500));
+    // A forked child restores through its own /proc/self/mem.
+    World w;
+    w.slots.assign(1, nullptr);
+    fern_thread *a;
+    ASSERT_EQ(0, spawn(&a, nullptr, [&] { park_and_check(&w, 0, nullptr); }));
+    ASSERT_TRUE(wait_until([&] { return w.ready == 1; }));
+    ASSERT_TRUE(wait_hibernated(1));
+    pid_t pid = fork();
+    if (pid == 0) {
+        Slot *s = w.slots[0];
+        _exit(s->tag == tag_of(0) ? 0 : 3);
+    }
+    ASSERT_GT(pid, 0);
+    int st = 0;
+    ASSERT_EQ(pid, waitpid(pid, &st, 0));
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "child status " << st;
+    touch_range(&w, 0, 1);
+    ASSERT_EQ(0, run_green([&] {
+        fern_mutex_lock(&w.mu);
+        w.go = true;
+        fern_cond_broadcast(&w.cv);
+        fern_mutex_unlock(&w.mu);
+    }));
+    ASSERT_EQ(0, fern_join(a, nullptr));
+    EXPECT_EQ(1, w.intact.load());
+    ASSERT_EQ(0, fern_shutdown());
+    for (int k : keys) pkey_free(k);
 }
 
 // A local pattern that must survive the park.

@@ -109,6 +109,10 @@ static inline void arch_hib_frame(uint64_t *f, const void *real_sp, void *t, voi
 {
     (void)f, (void)real_sp, (void)t, (void)block;
 }
+/* Nor protection keys (they serve hibernation only). */
+#define ARCH_PKEYS 0
+static inline uint32_t arch_pkru_read(void) { return 0; }
+static inline void arch_pkru_write(uint32_t v) { (void)v; }
 #define ARCH_PREEMPT 1
 /* A program linked with libfern.a is preempted as on x86_64: the PLT
  * stubs fern calls libc through are excluded (watch/preemptible.c), and

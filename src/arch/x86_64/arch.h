@@ -127,6 +127,23 @@ static inline void arch_hib_frame(uint64_t *f, const void *real_sp, void *t, voi
     f[7] = (uint64_t)(uintptr_t)fern_hib_entry;
 }
 
+/* Memory protection keys: hibernation takes a key whose access every
+ * thread's PKRU denies (the kernel's default for every key but 0), tags
+ * stacks being copied out or back with it, and lets only the copying
+ * thread through, for the copy. Only called once pkey_alloc succeeded
+ * (rdpkru faults on a CPU or kernel without them). */
+#define ARCH_PKEYS 1
+static inline uint32_t arch_pkru_read(void)
+{
+    uint32_t a, d;
+    __asm__ volatile("rdpkru" : "=a"(a), "=d"(d) : "c"(0));
+    return a;
+}
+static inline void arch_pkru_write(uint32_t v)
+{
+    __asm__ volatile("wrpkru" : : "a"(v), "c"(0), "d"(0) : "memory");
+}
+
 /* ---- preemption (watch/preempt.c, x86_64/preempt.S) ---- */
 #define ARCH_PREEMPT 1
 #define ARCH_PREEMPT_STATIC 1
