@@ -25,7 +25,12 @@ ticker beside 200 green threads running unmodified hiredis (fern-hook,
 default workers), then 200 pthreads, interleaved; each run is printed with
 the load average, and results/hooks-redis.json written.
 
+--sqlite-only runs just the SQLite scenario of issue 32's target (100 green
+threads x 50 transactions, then 100 pthreads, interleaved per run) and prints
+each run with the load average and the green/pthread ratio.
+
 usage: python3 bench/hooks/hooks.py [--build-dir build/rel] [--runs 5] [--only-locks]
+       python3 bench/hooks/hooks.py --sqlite-only [--runs 3]
        python3 bench/hooks/hooks.py --redis-only [--runs 10] [--redis-seconds 3]
 """
 import argparse, json, os, pwd, re, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
@@ -140,7 +145,24 @@ def main():
                     help="only the hiredis wake-up scenario: 200 green threads (fern-hook, default workers) "
                          "beside a 1 ms ticker, then 200 pthreads, interleaved per run; prints each run "
                          "and writes results/hooks-redis.json (results/hooks.md is left alone)")
+    ap.add_argument("--sqlite-only", action="store_true",
+                    help="only hook-lock's SQLite scenario, green then pthreads per run; prints each run")
     a = ap.parse_args()
+    if a.sqlite_only:
+        b = os.path.join(a.build_dir, "bench")
+        ratio = []
+        for r in range(a.runs):
+            g = run_json([b + "/hook_lock", "sqlite", "green", "100"])
+            t = run_json([b + "/hook_lock_nohook", "sqlite", "pthread", "100"])
+            ratio.append(t["wall_s"] / g["wall_s"])
+            print("run %d/%d (load %.1f): green %.0f tx/s (rows %d, errors %d, ticker late %.1f ms), "
+                  "pthreads %.0f tx/s (rows %d, errors %d): %.2fx"
+                  % (r + 1, a.runs, loadavg(), g["rows"] / g["wall_s"], g["rows"], g["errors"],
+                     g["ticker_late_max_ms"], t["rows"] / t["wall_s"], t["rows"], t["errors"], ratio[-1]),
+                  flush=True)
+        print("sqlite scenario, %d runs: green/pthread %.2fx median (min %.2f); target >= 0.9x in every run"
+              % (len(ratio), med(ratio), min(ratio)))
+        return
     if a.render:
         with open(os.path.join(HERE, "results", "hooks.json")) as f:
             write(json.load(f))
