@@ -16,18 +16,9 @@
  */
 #include <fern/fern.h>
 
-#include <arpa/inet.h>
-#include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
+#include "../servers/servers_common.h"
 #include <pthread.h>
-#include <signal.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 static int lfd;
 
@@ -62,8 +53,7 @@ static void *acceptor(void *arg)
                 fern_sleep_ns(10 * 1000 * 1000);
             continue;
         }
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        set_nodelay(fd);
         int err = fern_spawn(NULL, &attr, conn_main, (void *)(intptr_t)fd);
         if (err) {
             fprintf(stderr, "fern_idle: fern_spawn: %s\n", strerror(err));
@@ -97,18 +87,8 @@ static void *stats_main(void *arg)
 
 int main(int argc, char **argv)
 {
-    int port = 0;
     unsigned workers = 1;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--port") && i + 1 < argc)
-            port = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--workers") && i + 1 < argc)
-            workers = (unsigned)atoi(argv[++i]);
-        else {
-            fprintf(stderr, "usage: %s [--port N] [--workers N]\n", argv[0]);
-            return 2;
-        }
-    }
+    int port = parse_args(argc, argv, &workers);
     signal(SIGPIPE, SIG_IGN);
     static sigset_t ss;
     sigemptyset(&ss);
@@ -125,18 +105,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "fern_idle: fern_init: %s\n", strerror(err));
         return 1;
     }
-    lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    int one = 1;
-    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof sa;
-    if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(lfd, 4096) < 0 ||
-        getsockname(lfd, (struct sockaddr *)&sa, &len) < 0) {
-        fprintf(stderr, "fern_idle: listen: %s\n", strerror(errno));
-        return 1;
-    }
-    printf("listening on 127.0.0.1:%d\n", ntohs(sa.sin_port));
+    lfd = listen_on(port, SOCK_NONBLOCK, &port);
+    printf("listening on 127.0.0.1:%d\n", port);
     fflush(stdout);
     err = fern_run(acceptor, NULL, NULL);
     fprintf(stderr, "fern_idle: fern_run: %s\n", strerror(err));

@@ -39,15 +39,13 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "common"))
+from benchproc import GO, GO_ENV, JAVA, SERVER_CPU, CLIENT_CPU, build_java, log, sh  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))  # bench/idle
 BENCH = os.path.dirname(HERE)
 ROOT = os.path.dirname(BENCH)
 RESULTS = os.path.join(BENCH, "results")
-JAVA_HOME = "/usr/lib/jvm/temurin-25-jdk-amd64"
-JAVA = os.path.join(JAVA_HOME, "bin", "java")
-JAVAC = os.path.join(JAVA_HOME, "bin", "javac")
-GO = shutil.which("go") or "/usr/local/go/bin/go"
-SERVER_CPU, CLIENT_CPU = "0", "1"
 
 RUNTIMES = ["fern_hib", "fern_hib_64k", "fern", "go", "java", "epoll", "pthread"]
 DESCR = {
@@ -69,18 +67,6 @@ COLS = [("bytes_per_conn", "bytes/conn", 0), ("rss_per_conn", "RSS/conn", 0), ("
         ("bytes_per_conn_after", "bytes/conn after", 0), ("connect_s", "connect s", 1)]
 
 
-def log(*a):
-    print(*a, file=sys.stderr, flush=True)
-
-
-def sh(cmd, **kw):
-    try:
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
-        return p.returncode, p.stdout
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return -1, str(e)
-
-
 def build(args, out):
     """{name: path or 'not built: ...'} for the servers and the client."""
     bins = {}
@@ -94,7 +80,7 @@ def build(args, out):
         p = os.path.join(bdir, "bench", t)
         bins[t] = p if os.access(p, os.X_OK) else "not built: %s missing (cmake -DFERN_BUILD_BENCH=ON)" % p
     if os.access(GO, os.X_OK):
-        env = dict(os.environ, GOTOOLCHAIN="local", GOPROXY="off", GOFLAGS="-mod=mod", CGO_ENABLED="0")
+        env = dict(os.environ, **GO_ENV)
         if not env.get("GOCACHE") and not os.access(os.path.expanduser("~"), os.W_OK):
             env["GOCACHE"] = os.path.join(out, "gocache")
         p = os.path.join(out, "go_idle")
@@ -102,13 +88,7 @@ def build(args, out):
         bins["go"] = p if rc == 0 else "not built: go build failed: " + msg.strip()[-300:]
     else:
         bins["go"] = "not built: go not found"
-    if os.path.exists(JAVAC):
-        cls = os.path.join(out, "java")
-        os.makedirs(cls, exist_ok=True)
-        rc, msg = sh([JAVAC, "-d", cls, os.path.join(BENCH, "java", "Idle.java")], timeout=300)
-        bins["java"] = cls if rc == 0 else "not built: javac failed: " + msg.strip()[-300:]
-    else:
-        bins["java"] = "not built: %s not found" % JAVAC
+    bins["java"] = build_java(os.path.join(BENCH, "java", "Idle.java"), out)
     return bins
 
 

@@ -7,21 +7,8 @@
 
 static void *serve(void *arg)
 {
-    int fd = (int)(intptr_t)arg;
     char buf[65536];
-    for (;;) {
-        ssize_t r = read(fd, buf, sizeof buf);
-        if (r <= 0)
-            break;
-        for (ssize_t off = 0; off < r;) {
-            ssize_t w = write(fd, buf + off, (size_t)(r - off));
-            if (w <= 0)
-                goto out;
-            off += w;
-        }
-    }
-out:
-    close(fd);
+    echo_blocking((int)(intptr_t)arg, buf, sizeof buf);
     return NULL;
 }
 

@@ -50,15 +50,14 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "common"))
+from benchproc import (GO, GO_ENV, JAVA, SERVER_CPU, CLIENT_CPU, build_java, first_line, log,  # noqa: E402
+                       sh)
+
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # bench/
 ROOT = os.path.dirname(HERE)
 SRV = os.path.join(HERE, "servers")
-JAVA_HOME = "/usr/lib/jvm/temurin-25-jdk-amd64"
-JAVA = os.path.join(JAVA_HOME, "bin", "java")
-JAVAC = os.path.join(JAVA_HOME, "bin", "javac")
-GO = shutil.which("go") or "/usr/local/go/bin/go"
 FASTHTTP = "github.com/valyala/fasthttp"
-SERVER_CPU, CLIENT_CPU = "0", "1"
 BEGIN, END = "<!-- servers:begin (bench/servers/servers.py) -->", "<!-- servers:end -->"
 
 HTTP_RUNTIMES = ["fern", "go_http", "fasthttp", "nginx", "epoll", "pthread", "java"]
@@ -87,23 +86,6 @@ DESCR = {
         "java": "bench/servers/java/VtServer.java echo: one virtual thread per connection; parallelism 1",
     },
 }
-
-
-def log(*a):
-    print(*a, file=sys.stderr, flush=True)
-
-
-def sh(cmd, **kw):
-    try:
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
-        return p.returncode, p.stdout
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return -1, str(e)
-
-
-def first_line(cmd):
-    rc, out = sh(cmd, timeout=30)
-    return out.strip().splitlines()[0] if rc == 0 and out.strip() else "not found"
 
 
 # ---------------------------------------------------------------------------
@@ -161,7 +143,7 @@ def build_all(args, out):
         for n in ("go_http", "go_echo", "go_fasthttp"):
             bins[n] = "not built: go not found"
     else:
-        env = dict(os.environ, GOTOOLCHAIN="local", GOPROXY="off", GOFLAGS="-mod=mod", CGO_ENABLED="0")
+        env = dict(os.environ, **GO_ENV)
         for n in ("go_http", "go_echo"):
             p = os.path.join(out, n)
             rc, msg = sh([GO, "build", "-o", p, "./" + n], cwd=SRV, env=env, timeout=300)
@@ -179,13 +161,7 @@ def build_all(args, out):
                 notes.append("fasthttp fetched through the module proxy (go mod download)")
         bins["go_fasthttp"] = p if rc == 0 else "not built: go build failed: " + msg.strip()[-300:]
     # Java.
-    if os.path.exists(JAVAC):
-        cls = os.path.join(out, "java")
-        os.makedirs(cls, exist_ok=True)
-        rc, msg = sh([JAVAC, "-d", cls, os.path.join(SRV, "java", "VtServer.java")], timeout=300)
-        bins["java"] = cls if rc == 0 else "not built: javac failed: " + msg.strip()[-300:]
-    else:
-        bins["java"] = "not built: %s not found" % JAVAC
+    bins["java"] = build_java(os.path.join(SRV, "java", "VtServer.java"), out)
     bins["nginx"] = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx")
                                               else "not built: nginx not installed (apt-get install nginx)")
     bins["wrk"] = shutil.which("wrk") or "not built: wrk not installed (apt-get install wrk)"

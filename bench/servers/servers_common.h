@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* Shared bits of the C server peers: the CLI contract (--port N, --workers N),
- * the listening socket, and the HTTP plaintext answer (the same headers as
- * examples/http.c: Server, Date, Content-Type, Content-Length). */
+/* Shared bits of the C server peers (bench/servers/ and the idle-connections
+ * servers bench/fern/idle.c, bench/pthread/idle.c): the CLI contract
+ * (--port N, --workers N), the listening socket, the blocking echo loop,
+ * and the HTTP plaintext answer (the same headers as examples/http.c:
+ * Server, Date, Content-Type, Content-Length). */
 #ifndef SERVERS_COMMON_H
 #define SERVERS_COMMON_H
 
@@ -23,21 +25,30 @@ static inline void die(const char *what)
     exit(1);
 }
 
-/* --port N, --workers N (accepted and ignored where meaningless). */
-static inline int parse_port(int argc, char **argv)
+/* --port N, --workers N. *workers gets N where the caller has a use for
+ * it; with workers NULL the option is accepted and ignored. Anything else:
+ * the usage line on stderr and exit status 2. */
+static inline int parse_args(int argc, char **argv, unsigned *workers)
 {
     int port = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--port") && i + 1 < argc)
             port = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--workers") && i + 1 < argc)
+        else if (!strcmp(argv[i], "--workers") && i + 1 < argc) {
             i++;
-        else {
+            if (workers)
+                *workers = (unsigned)atoi(argv[i]);
+        } else {
             fprintf(stderr, "usage: %s [--port N] [--workers N]\n", argv[0]);
             exit(2);
         }
     }
     return port;
+}
+
+static inline int parse_port(int argc, char **argv)
+{
+    return parse_args(argc, argv, NULL);
 }
 
 /* Bound, listening IPv4 socket on 127.0.0.1:port; *out_port gets the port. */
@@ -64,6 +75,25 @@ static inline void set_nodelay(int fd)
 {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+/* Write back what a blocking fd reads into buf[0..cap) until the peer
+ * closes or a call fails; then close fd. */
+static inline void echo_blocking(int fd, char *buf, size_t cap)
+{
+    for (;;) {
+        ssize_t r = read(fd, buf, cap);
+        if (r <= 0)
+            break;
+        for (ssize_t off = 0; off < r;) {
+            ssize_t w = write(fd, buf + off, (size_t)(r - off));
+            if (w <= 0)
+                goto out;
+            off += w;
+        }
+    }
+out:
+    close(fd);
 }
 
 /* The plaintext answer, rebuilt when the second changes (Date header). */

@@ -91,6 +91,20 @@ void expect_complete(const std::string &text) {
     EXPECT_NE(std::string::npos, text.find("\"name\":\"fern_trace\""));
 }
 
+// In a death test's child: start the runtime tracing to target, run
+// ping_pong(50), then abort in a green thread named "crasher". Exit status 90:
+// the runtime or the trace did not start; 91: the thread did not crash.
+void crash_while_tracing(const char *target) {
+    if (fern_init(nullptr) || fern_trace_start(target)) _exit(90);
+    ping_pong(50);
+    fern_attr a{};
+    a.name = "crasher";
+    fern_thread *t;
+    spawn(&t, &a, [] { abort(); });
+    fern_join(t, nullptr);
+    _exit(91);
+}
+
 TEST(TraceDeathTest, CrashWritesTheFlightRecorder) {
     GTEST_FLAG_SET(death_test_style, death_style());
     // The child (re-executed) computes the same directory.
@@ -99,14 +113,7 @@ TEST(TraceDeathTest, CrashWritesTheFlightRecorder) {
     mkdir(dir.c_str(), 0700);
     EXPECT_EXIT(
         {
-            if (fern_init(nullptr) || fern_trace_start(("ring:" + dir).c_str())) _exit(90);
-            ping_pong(50);
-            fern_attr a{};
-            a.name = "crasher";
-            fern_thread *t;
-            spawn(&t, &a, [] { abort(); });
-            fern_join(t, nullptr);
-            _exit(91);
+            crash_while_tracing(("ring:" + dir).c_str());
         },
         ::testing::KilledBySignal(SIGABRT),
         "SIGABRT in green thread [0-9]+ \"crasher\"\nfern: flight recorder: the last events of every "
@@ -130,14 +137,7 @@ TEST(TraceDeathTest, CrashWritesTheEventsNotYetWritten) {
     unlink(path.c_str());
     EXPECT_EXIT(
         {
-            if (fern_init(nullptr) || fern_trace_start(path.c_str())) _exit(90);
-            ping_pong(50);
-            fern_attr a{};
-            a.name = "crasher";
-            fern_thread *t;
-            spawn(&t, &a, [] { abort(); });
-            fern_join(t, nullptr);
-            _exit(91);
+            crash_while_tracing(path.c_str());
         },
         ::testing::KilledBySignal(SIGABRT),
         "SIGABRT in green thread [0-9]+ \"crasher\"\nfern: trace /tmp/fern-trace-filecrash-[0-9]+\\.json: "
