@@ -18,12 +18,24 @@
  * Zeroed memory and both static initialisers are valid.
  *
  * A thread that must wait sets its wait bit and parks in the lot while the
- * lock still excludes it and the bit is still set. An unlock that leaves
- * the lock free of writers (and, for a writer, of readers) clears both
- * wait bits and wakes everyone parked on it; those that cannot get in set
- * their bit again. The bit is cleared before the wake-up (the lot's rule),
- * so a waiter that validated before it is found, and one after sees the
- * cleared bit and looks again.
+ * lock still excludes it and the bit is still set. The lock is handed over
+ * (as glibc's is): the unlock that would leave it free while parties wait
+ * chooses, under the lot's lock, who holds it next, stores the word for
+ * them and wakes only them; they return holding it. A writer's unlock
+ * hands it to every waiting reader (the writer-preferring kind: to the
+ * oldest waiting writer, if any), else to the oldest writer; the last
+ * reader's unlock hands it to the oldest waiting writer. So a writer
+ * waiting behind readers gets in when they drain, before readers let in
+ * afterwards (the default kind still lets a reader join readers that hold
+ * the lock while a writer waits), and nobody wakes only to find the lock
+ * taken again. The last reader first turns its hold into a writer's (W,
+ * no owner) by CAS, so that no reader joins while it chooses.
+ *
+ * The wait bits stay set while anyone is queued: only a hand-over clears
+ * them, under the lot's lock, and it sets again those of parties it left
+ * queued. A party that set its bit but had not yet validated when the bit
+ * was cleared sees it cleared and looks again (the lot's rule); one that
+ * timed out may leave its bit set, which costs one slow unlock.
  */
 #include "lock.h"
 
@@ -95,8 +107,10 @@ int pthread_rwlock_destroy(pthread_rwlock_t *l)
 }
 
 struct rw_need {
-    uint32_t excl; /* the bits that keep the caller out */
-    uint32_t bit;  /* its wait bit */
+    uint32_t excl;   /* the bits that keep the caller out */
+    uint32_t bit;    /* its wait bit: RW_RW a reader, RW_WW a writer */
+    int id;          /* a writer's id, for the owner word */
+    int granted;     /* set by the unlock that handed the lock over */
 };
 
 static int still_excluded(const void *addr, void *arg)
@@ -106,9 +120,27 @@ static int still_excluded(const void *addr, void *arg)
     return (s & n->excl) && (s & n->bit);
 }
 
-/* Park until the bits in `excl` may be clear, having set `bit`: 0, or
- * ETIMEDOUT. */
-static int wait_for(struct lk_rw *k, uint32_t excl, uint32_t bit, int64_t dl)
+static void release_to_next(struct lk_rw *k, int first);
+
+/* A party that gave up may leave its wait bit set: harmless while someone
+ * holds the lock (the unlock hands it over and recomputes the bits), but
+ * on a free lock a writer's stale bit would keep out the readers of the
+ * writer-preferring kind. So if the lock is free and bits are set, take it
+ * as a writer and hand it over to whoever is queued (or to nobody). */
+static void settle(struct lk_rw *k)
+{
+    uint32_t s = __atomic_load_n(&k->state, __ATOMIC_RELAXED);
+    while (!(s & (RW_W | RW_READERS)) && (s & (RW_WW | RW_RW)))
+        if (__atomic_compare_exchange_n(&k->state, &s, s | RW_W, false, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_RELAXED)) {
+            release_to_next(k, RW_WW);
+            return;
+        }
+}
+
+/* Park until the bits in `excl` may be clear, having set `bit`: 1 if the
+ * lock was handed to the caller, 0 to look again, or ETIMEDOUT. */
+static int wait_for(struct lk_rw *k, uint32_t excl, uint32_t bit, int id, int64_t dl)
 {
     uint32_t s = __atomic_load_n(&k->state, __ATOMIC_RELAXED);
     for (;;) {
@@ -118,10 +150,19 @@ static int wait_for(struct lk_rw *k, uint32_t excl, uint32_t bit, int64_t dl)
                                         __ATOMIC_RELAXED))
             break;
     }
-    struct rw_need need = {excl, bit};
+    struct rw_need need = {excl, bit, id, 0};
     HK_TSAN_ENTER();
     int r = fern__lot_park(k, still_excluded, &need, "pthread_rwlock (fern-hook)", dl);
     HK_TSAN_LEAVE();
+    int granted = __atomic_load_n(&need.granted, __ATOMIC_ACQUIRE);
+    if (r == FERN__LOT_TIMEDOUT)
+        settle(k);
+    if (r == FERN__LOT_WOKEN && granted) {
+        /* Pairs with the hand-over's exchange: what the last holder did
+         * happens before what the caller does now. */
+        (void)__atomic_load_n(&k->state, __ATOMIC_ACQUIRE);
+        return 1;
+    }
     return r == FERN__LOT_TIMEDOUT ? ETIMEDOUT : 0;
 }
 
@@ -144,8 +185,9 @@ static int rdlock(pthread_rwlock_t *l, int try, int64_t dl)
             return EDEADLK;
         if (try)
             return EBUSY;
-        if (wait_for(k, excl, RW_RW, dl) == ETIMEDOUT)
-            return ETIMEDOUT;
+        int r = wait_for(k, excl, RW_RW, 0, dl);
+        if (r)
+            return r == 1 ? 0 : r;
     }
 }
 
@@ -168,8 +210,9 @@ static int wrlock(pthread_rwlock_t *l, int try, int64_t dl)
             return EDEADLK;
         if (try)
             return EBUSY;
-        if (wait_for(k, RW_W | RW_READERS, RW_WW, dl) == ETIMEDOUT)
-            return ETIMEDOUT;
+        int r = wait_for(k, RW_W | RW_READERS, RW_WW, id, dl);
+        if (r)
+            return r == 1 ? 0 : r; /* handed over: the owner word is the caller's */
     }
 }
 
@@ -241,30 +284,107 @@ int pthread_rwlock_timedwrlock(pthread_rwlock_t *l, const struct timespec *abs)
     return pthread_rwlock_clockwrlock(l, CLOCK_REALTIME, abs);
 }
 
+/* The hand-over (lot_unpark_filter's chooser, under the lot's lock): the
+ * caller holds the lock as a writer (W set; a last reader turned its hold
+ * into that), and leaves it to whoever this chooses. */
+struct rw_pass {
+    struct lk_rw *k;
+    int first;        /* RW_RW: readers first; RW_WW: the oldest writer first */
+    int mode;         /* what the PICK pass takes: RW_RW, RW_WW, 0 (not yet chosen) */
+    int tried;        /* the modes a PICK pass has run with */
+    unsigned nr, nw;  /* queued readers and writers (SEE) */
+    unsigned gr;      /* readers handed the lock */
+    int gw;           /* the writer handed it (its id), 0: none */
+};
+
+static int hand_over(void *arg, int phase, void *token)
+{
+    struct rw_pass *p = arg;
+    struct rw_need *n = token;
+    switch (phase) {
+    case FERN__LOT_SEE:
+        if (n->bit == RW_RW)
+            p->nr++;
+        else
+            p->nw++;
+        return 0;
+    case FERN__LOT_PICK:
+        if (!p->mode) {
+            int other = p->first == RW_RW ? RW_WW : RW_RW;
+            p->mode = (p->first == RW_RW ? p->nr : p->nw) ? p->first : other;
+            p->tried |= p->mode;
+        }
+        if (n->bit != (uint32_t)p->mode)
+            return 0;
+        return p->mode == RW_RW || !p->gw;
+    case FERN__LOT_TAKEN:
+        __atomic_store_n(&n->granted, 1, __ATOMIC_RELEASE);
+        if (n->bit == RW_RW)
+            p->gr++;
+        else
+            p->gw = n->id;
+        return 0;
+    }
+    /* DONE. Nobody of the chosen kind could be claimed (their waits had
+     * just timed out): try the other kind. */
+    if (!p->gr && !p->gw) {
+        int other = p->mode == RW_RW ? RW_WW : RW_RW;
+        if (!(p->tried & other) && (other == RW_RW ? p->nr : p->nw)) {
+            p->mode = other;
+            p->tried |= other;
+            return 1;
+        }
+    }
+    /* The parties left queued keep their bits (a timed-out one counted
+     * among them leaves a stale bit: one more slow unlock). */
+    uint32_t bits = (p->nr > p->gr ? RW_RW : 0) | (p->nw > (p->gw ? 1u : 0u) ? RW_WW : 0);
+    struct lk_rw *k = p->k;
+    __atomic_store_n(&k->owner, p->gw, __ATOMIC_RELAXED);
+    /* The caller holds W: nobody else changes the word but to add a wait
+     * bit, and one who does looks again (it is not queued yet). */
+    __atomic_exchange_n(&k->state, (p->gw ? RW_W : p->gr) | bits, __ATOMIC_SEQ_CST);
+    return 0;
+}
+
+static void release_to_next(struct lk_rw *k, int first)
+{
+    struct rw_pass p = {.k = k, .first = first};
+    fern__lot_unpark_filter(k, hand_over, &p);
+}
+
 int pthread_rwlock_unlock(pthread_rwlock_t *l)
 {
     if (theirs(l))
         return lk_real.rw_unlock(l);
     struct lk_rw *k = rw(l);
-    uint32_t s = __atomic_load_n(&k->state, __ATOMIC_RELAXED), n;
+    uint32_t s = __atomic_load_n(&k->state, __ATOMIC_RELAXED);
+    int pw = __atomic_load_n(&k->kind, __ATOMIC_RELAXED) == PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP;
     if (s & RW_W) {
         if (__atomic_load_n(&k->owner, __ATOMIC_RELAXED) != self_id())
             return EPERM;
-        __atomic_store_n(&k->owner, 0, __ATOMIC_RELAXED);
-        s = __atomic_exchange_n(&k->state, 0, __ATOMIC_SEQ_CST);
-    } else {
-        do {
-            if (!(s & RW_READERS))
-                return EPERM; /* not locked */
-            n = s - 1;
-            if (!(n & RW_READERS))
-                n &= ~(RW_WW | RW_RW); /* the last reader: wake whoever waits */
-        } while (!__atomic_compare_exchange_n(&k->state, &s, n, false, __ATOMIC_SEQ_CST,
-                                              __ATOMIC_RELAXED));
-        if (n & RW_READERS)
-            return 0;
+        if (s == RW_W) {
+            __atomic_store_n(&k->owner, 0, __ATOMIC_RELAXED);
+            if (__atomic_compare_exchange_n(&k->state, &s, 0, false, __ATOMIC_SEQ_CST,
+                                            __ATOMIC_RELAXED))
+                return 0;
+        }
+        /* Parties wait: hand the lock over (the owner word with it). */
+        release_to_next(k, pw ? RW_WW : RW_RW);
+        return 0;
     }
-    if (s & (RW_WW | RW_RW))
-        fern__lot_unpark(k, INT32_MAX);
-    return 0;
+    for (;;) {
+        if (!(s & RW_READERS))
+            return EPERM; /* not locked */
+        uint32_t n;
+        if ((s & RW_READERS) > 1 || !(s & (RW_WW | RW_RW)))
+            n = s - 1; /* not the last, or nobody waits */
+        else
+            n = RW_W | (s & (RW_WW | RW_RW)); /* the last: hold it while choosing */
+        if (__atomic_compare_exchange_n(&k->state, &s, n, false, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_RELAXED)) {
+            if (n & RW_W)
+                release_to_next(k, RW_WW);
+            return 0;
+        }
+    }
 }

@@ -111,6 +111,17 @@ FERN__API int fern__lot_park(const void *addr, int (*valid)(const void *, void *
                              const char *what, int64_t deadline);
 FERN__API int fern__lot_unpark(const void *addr, int n);
 FERN__API int fern__lot_queued(const void *addr);
+/* fern__lot_unpark with the choice the caller's, under the lot's lock
+ * (sync/sync.h's lot_unpark_filter): fn(arg, SEE, token) for every party
+ * parked on addr, oldest first, token the arg it parked with; fn(arg, PICK,
+ * token) nonzero to wake it, fn(arg, TAKEN, token) once it is claimed (it
+ * will return FERN__LOT_WOKEN); fn(arg, DONE, NULL) last, nonzero for
+ * another PICK pass. Returns how many it woke. */
+#define FERN__LOT_SEE 0
+#define FERN__LOT_PICK 1
+#define FERN__LOT_TAKEN 2
+#define FERN__LOT_DONE 3
+FERN__API int fern__lot_unpark_filter(const void *addr, int (*fn)(void *, int, void *), void *arg);
 FERN__API extern uint32_t fern__lot_nwait;
 
 /* The calling green thread's owner id for the pthread objects of

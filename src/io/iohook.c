@@ -171,6 +171,11 @@ int fern__lot_park(const void *addr, int (*valid)(const void *, void *), void *a
 
 int fern__lot_unpark(const void *addr, int n) { return lot_unpark(addr, n); }
 
+int fern__lot_unpark_filter(const void *addr, int (*fn)(void *, int, void *), void *arg)
+{
+    return lot_unpark_filter(addr, fn, arg);
+}
+
 int fern__lot_queued(const void *addr) { return lot_queued(addr); }
 
 int fern__lock_owner_id(void)

@@ -84,6 +84,7 @@ int lot_park(const void *addr, int (*valid)(const void *, void *), void *arg, co
     struct waiter wt;
     waiter_init(&wt);
     wt.data = (void *)addr;
+    wt.token = arg; /* what lot_unpark_filter's chooser sees of this party */
     __atomic_fetch_add(&lot_nwait, 1, __ATOMIC_SEQ_CST);
     full_fence();
     lot_lock(b);
@@ -139,6 +140,32 @@ int lot_unpark(const void *addr, int n)
     lot_unlock(b);
     /* Released after the unlock: a woken party may free the object (and
      * its own waiter, on its stack) at once. */
+    waiters_release(chain, 0);
+    return k;
+}
+
+int lot_unpark_filter(const void *addr, int (*fn)(void *, int, void *), void *arg)
+{
+    struct lot_bucket *b = bucket_of(addr);
+    struct waiter *chain = NULL, **tail = &chain;
+    int k = 0;
+    lot_lock(b);
+    for (struct waiter *wt = b->q.head; wt; wt = wt->next)
+        if (wt->data == addr)
+            fn(arg, LOT_SEE, wt->token);
+    do {
+        for (struct waiter *wt = b->q.head, *next; wt; wt = next) {
+            next = wt->next;
+            if (wt->data != addr || !fn(arg, LOT_PICK, wt->token) || !waiter_claim(wt))
+                continue;
+            fn(arg, LOT_TAKEN, wt->token);
+            waitq_unlink(wt);
+            *tail = wt;
+            tail = &wt->next;
+            k++;
+        }
+    } while (fn(arg, LOT_DONE, NULL));
+    lot_unlock(b);
     waiters_release(chain, 0);
     return k;
 }

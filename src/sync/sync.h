@@ -47,6 +47,18 @@ enum { LOT_TIMEDOUT = 0, LOT_WOKEN = 1, LOT_INVALID = 2 };
 int lot_park(const void *addr, int (*valid)(const void *, void *), void *arg, const char *what,
              int64_t deadline);
 int lot_unpark(const void *addr, int n);
+/* lot_unpark with the choice left to the caller, all under the bucket's
+ * lock, so that the object's word can be handed over in the same step (a
+ * read-write lock's hand-over, hook/rwlock.c): fn(arg, LOT_SEE, token)
+ * for every party queued on addr, oldest first (token: the arg it parked
+ * with); then fn(arg, LOT_PICK, token) for each, nonzero to wake it, and
+ * fn(arg, LOT_TAKEN, token) for each one claimed (a party whose wait has
+ * just timed out cannot be, and is not woken); then fn(arg, LOT_DONE,
+ * NULL), where the word is stored: nonzero runs the PICK pass again over
+ * those still queued. Returns how many it woke. Takes the lock even with
+ * nobody parked (LOT_DONE always runs). */
+enum { LOT_SEE = 0, LOT_PICK = 1, LOT_TAKEN = 2, LOT_DONE = 3 };
+int lot_unpark_filter(const void *addr, int (*fn)(void *, int, void *), void *arg);
 int lot_queued(const void *addr);
 extern uint32_t fern__lot_nwait;
 

@@ -137,6 +137,66 @@ TEST(HookRwlock, ErrorsAndTimedForms) {
     EXPECT_EQ(pthread_rwlock_destroy(&l), 0);
 }
 
+// The hand-over (hook/rwlock.c): an unlock that leaves parties waiting
+// gives them the lock before it returns, so the unlocker cannot take it
+// back, and a writer's unlock lets in the waiting readers (the default
+// kind) or the oldest waiting writer (the writer-preferring kind) first.
+// One worker: a party that the holder's hooked sleep let run is parked
+// by the time the holder wakes.
+TEST(HookRwlock, LastReaderHandsToTheWaitingWriter) {
+    Workers w(1);
+    pthread_rwlock_t l = PTHREAD_RWLOCK_INITIALIZER;
+    std::atomic<int> wrote{0};
+    w.many(1, [&](int) {
+        ASSERT_EQ(pthread_rwlock_rdlock(&l), 0);
+        fern_thread *wr = w.spawn([&] {
+            EXPECT_EQ(pthread_rwlock_wrlock(&l), 0);
+            wrote = 1;
+            EXPECT_EQ(pthread_rwlock_unlock(&l), 0);
+        });
+        usleep(2000); // the writer runs and parks
+        EXPECT_EQ(wrote.load(), 0);
+        EXPECT_EQ(pthread_rwlock_unlock(&l), 0);
+        EXPECT_EQ(pthread_rwlock_tryrdlock(&l), EBUSY); // the writer holds it now
+        EXPECT_EQ(pthread_rwlock_trywrlock(&l), EBUSY);
+        EXPECT_EQ(fern_join(wr, nullptr), 0);
+        EXPECT_EQ(wrote.load(), 1);
+        EXPECT_EQ(pthread_rwlock_trywrlock(&l), 0);
+        EXPECT_EQ(pthread_rwlock_unlock(&l), 0);
+    });
+}
+
+static void writer_unlock_order(pthread_rwlock_t *l, const char *want) {
+    Workers w(1);
+    std::string order;
+    w.many(1, [&](int) {
+        ASSERT_EQ(pthread_rwlock_wrlock(l), 0);
+        std::vector<fern_thread *> ts;
+        for (char c : std::string("rwr")) // reader, writer, reader, in this order
+            ts.push_back(w.spawn([&, c] {
+                EXPECT_EQ(c == 'w' ? pthread_rwlock_wrlock(l) : pthread_rwlock_rdlock(l), 0);
+                order += c;
+                usleep(1000);
+                EXPECT_EQ(pthread_rwlock_unlock(l), 0);
+            }));
+        usleep(2000); // all three run and park
+        EXPECT_EQ(pthread_rwlock_unlock(l), 0);
+        EXPECT_EQ(pthread_rwlock_trywrlock(l), EBUSY); // handed over
+        for (auto *t : ts) EXPECT_EQ(fern_join(t, nullptr), 0);
+    });
+    EXPECT_EQ(order, want);
+}
+
+TEST(HookRwlock, WriterUnlockHandsToReadersFirst) {
+    pthread_rwlock_t l = PTHREAD_RWLOCK_INITIALIZER;
+    writer_unlock_order(&l, "rrw");
+}
+
+TEST(HookRwlock, WriterPreferringUnlockHandsToTheWriterFirst) {
+    pthread_rwlock_t l = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
+    writer_unlock_order(&l, "wrr");
+}
+
 // Semaphores: a green and a plain producer feed green and plain consumers,
 // units counted exactly; a plain consumer blocked in the kernel path is
 // woken by a green post.
