@@ -122,13 +122,24 @@ static int runtime_init(const fern_config *cfg, const char *implicit_by)
     return 0;
 }
 
-int fern_init(const fern_config *cfg) { return runtime_init(cfg, NULL); }
+/* Starting leaves errno as the caller had it: its probes fail on purpose
+ * (slab.c's page probe, io/file.c's RWF_NOWAIT, uring.c's setup), and an
+ * implicit start runs inside a call the program checks errno after. */
+int fern_init(const fern_config *cfg)
+{
+    int e = errno;
+    int r = runtime_init(cfg, NULL);
+    errno = e;
+    return r;
+}
 
 int runtime_start(const char *by)
 {
     if (LOAD(&rt.running))
         return 0;
+    int e = errno;
     int r = runtime_init(NULL, by);
+    errno = e;
     return r == EBUSY ? 0 : r;
 }
 
