@@ -89,6 +89,31 @@ void membarrier_all(void);
 int futex_wait(uint32_t *addr, uint32_t expect, int64_t deadline_ns);
 void futex_wake(uint32_t *addr, int n);
 
+/* ---- plock: the runtime's own sleeping lock for kernel threads ----
+ * For fern's internal locks held across long or blocking work (start-up and
+ * shutdown, io_uring's ring creation, the tracer's session): a futex word,
+ * 0 free, 1 held, 2 held with waiters. Not pthread_mutex_t: fern-hook
+ * interposes pthread_mutex_lock, and fern's own locks must never go
+ * through it (a green caller would be parked inside the runtime). */
+struct plock {
+    uint32_t w;
+};
+#define PLOCK_INIT {0}
+void plock_lock_slow(struct plock *l);
+static inline void plock_lock(struct plock *l)
+{
+    uint32_t z = 0;
+    if (likely(__atomic_compare_exchange_n(&l->w, &z, 1, false, __ATOMIC_ACQUIRE,
+                                           __ATOMIC_RELAXED)))
+        return;
+    plock_lock_slow(l);
+}
+static inline void plock_unlock(struct plock *l)
+{
+    if (unlikely(__atomic_exchange_n(&l->w, 0, __ATOMIC_RELEASE) == 2))
+        futex_wake(&l->w, 1);
+}
+
 
 /* errno is at a per-kernel-thread address that glibc declares `const`, so
  * in a function that parks the compiler may reuse the address computed

@@ -29,3 +29,10 @@ void futex_wake(uint32_t *addr, int n)
 {
     syscall(SYS_futex, addr, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, n, NULL, NULL, 0);
 }
+
+void plock_lock_slow(struct plock *l)
+{
+    /* Mark the word contended and sleep until an unlock finds it free. */
+    while (__atomic_exchange_n(&l->w, 2, __ATOMIC_ACQUIRE) != 0)
+        futex_wait(&l->w, 2, FERN_FOREVER);
+}

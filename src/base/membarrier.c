@@ -21,9 +21,9 @@
 #include <unistd.h>
 
 static struct {
-    pthread_mutex_t lock;
+    struct plock lock;
     int state; /* registered: 0 not probed, 1 yes, -1 no (under lock) */
-} M = {PTHREAD_MUTEX_INITIALIZER, 0};
+} M = {PLOCK_INIT, 0};
 
 static long membarrier(int cmd) { return syscall(SYS_membarrier, cmd, 0, 0); }
 
@@ -46,9 +46,9 @@ static bool membarrier_probe(void)
 
 bool membarrier_ready(void)
 {
-    pthread_mutex_lock(&M.lock);
+    plock_lock(&M.lock);
     bool ok = membarrier_probe();
-    pthread_mutex_unlock(&M.lock);
+    plock_unlock(&M.lock);
     return ok;
 }
 

@@ -75,7 +75,7 @@ struct held {
 };
 
 static struct {
-    pthread_mutex_t mu;         /* start, stop, the settings below */
+    struct plock mu;         /* start, stop, the settings below */
     bool active;
     bool ring;
     uint32_t events;            /* slots per buffer */
@@ -109,7 +109,7 @@ static struct {
     uint32_t writer_parked;     /* ... and the writer has written its last line */
     bool atexit_set;
     bool threads;               /* FERN_TRACE_THREADS: a track per green thread too */
-} S = {.mu = PTHREAD_MUTEX_INITIALIZER, .fd = -1};
+} S = {.mu = PLOCK_INIT, .fd = -1};
 
 static __thread int32_t my_tid;
 
@@ -1199,7 +1199,7 @@ static void counters(struct fmt *f)
 {
     uint64_t runnable = 0, running = 0;
     int64_t live = 0;
-    pthread_mutex_lock(&rt.boot_lock);
+    plock_lock(&rt.boot_lock);
     for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster) {
         live += cluster_live(c);
         runnable += inbox_len(&c->inbox);
@@ -1213,7 +1213,7 @@ static void counters(struct fmt *f)
             running += cur && cur != &w->g0;
         }
     }
-    pthread_mutex_unlock(&rt.boot_lock);
+    plock_unlock(&rt.boot_lock);
     int64_t parked = live - (int64_t)runnable - (int64_t)running;
     /* One counter each, named so that Perfetto's track reads "runnable
      * threads" (it joins a counter's name and its argument's). All four at
@@ -1318,7 +1318,7 @@ static void at_fork_child(void)
     if (S.fd >= 0)
         close(S.fd);
     S.fd = -1;
-    pthread_mutex_init(&S.mu, NULL);
+    S.mu = (struct plock)PLOCK_INIT;
     S.reg_lock = 0;
     S.dumping = 0;
 }
@@ -1426,17 +1426,17 @@ int fern_trace_start(const char *path)
 {
     if (!path)
         return EINVAL;
-    pthread_mutex_lock(&S.mu);
+    plock_lock(&S.mu);
     int r = start_locked(path, 0);
-    pthread_mutex_unlock(&S.mu);
+    plock_unlock(&S.mu);
     return r;
 }
 
 int fern_trace_stop(void)
 {
-    pthread_mutex_lock(&S.mu);
+    plock_lock(&S.mu);
     if (!S.active) {
-        pthread_mutex_unlock(&S.mu);
+        plock_unlock(&S.mu);
         return EINVAL;
     }
     STORE(&trace_on, 0);
@@ -1471,7 +1471,7 @@ int fern_trace_stop(void)
     STORE_RELAXED(&trace_session, trace_session + 1 ? trace_session + 1 : 1);
     spin_unlock(&S.reg_lock);
     S.active = false;
-    pthread_mutex_unlock(&S.mu);
+    plock_unlock(&S.mu);
     return r;
 }
 
@@ -1480,9 +1480,9 @@ int trace_init(void)
 {
     if (!config.trace[0])
         return 0;
-    pthread_mutex_lock(&S.mu);
+    plock_lock(&S.mu);
     int r = S.active ? 0 : start_locked(config.trace, config.trace_events);
-    pthread_mutex_unlock(&S.mu);
+    plock_unlock(&S.mu);
     if (r)
         fprintf(stderr, "fern: FERN_TRACE=\"%s\": cannot start tracing: %s\n", config.trace,
                 strerror(r));
@@ -1494,7 +1494,7 @@ int trace_init(void)
 void trace_fini(void)
 {
     fern_trace_stop(); /* EINVAL if no session runs */
-    pthread_mutex_lock(&S.mu);
+    plock_lock(&S.mu);
     spin_lock(&S.reg_lock);
     for (uint32_t i = 0; i < S.nheld; i++)
         free(S.held[i].b);
@@ -1504,7 +1504,7 @@ void trace_fini(void)
     S.ntracks = 0;
     STORE(&S.outside, NULL);
     spin_unlock(&S.reg_lock);
-    pthread_mutex_unlock(&S.mu);
+    plock_unlock(&S.mu);
 }
 
 unsigned trace_threads(void) { return LOAD_RELAXED(&S.writer_running) ? 1u : 0u; }

@@ -18,6 +18,7 @@
  */
 #include "io.h"
 #include "io/hookapi.h"
+#include "arch/syscall.h"
 
 #include <linux/io_uring.h>
 #include <string.h>
@@ -36,9 +37,10 @@ static bool file_rwf = true;
 void io_file_probe(void)
 {
     /* A bad descriptor: the kernel that has the call says EBADF before
-     * looking at anything else; one that lacks it says ENOSYS. */
-    bool r = syscall(SYS_preadv2, -1, NULL, 0, 0L, 0L, (long)RWF_NOWAIT) == 0 || errno != ENOSYS;
-    bool w = syscall(SYS_pwritev2, -1, NULL, 0, 0L, 0L, (long)RWF_NOWAIT) == 0 || errno != ENOSYS;
+     * looking at anything else; one that lacks it says ENOSYS. Raw calls:
+     * a successful fern_init leaves errno as the caller had it. */
+    bool r = arch_syscall6(SYS_preadv2, -1, 0, 0, 0, 0, (long)RWF_NOWAIT) != -ENOSYS;
+    bool w = arch_syscall6(SYS_pwritev2, -1, 0, 0, 0, 0, (long)RWF_NOWAIT) != -ENOSYS;
     STORE(&file_rwf, r && w);
 }
 

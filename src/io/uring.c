@@ -80,13 +80,13 @@ struct uring {
 };
 
 static struct {
-    pthread_mutex_t mu;
+    struct plock mu;
     struct uring *r[URING_MAX];
     int mode;                    /* FERN_FILE_IO_* */
     int why;                     /* the probe's errno when mode is the pool */
     uint8_t ops[IORING_OP_LAST]; /* supported operations */
     uint64_t n_uring, n_pool, n_nowait;
-} U = {PTHREAD_MUTEX_INITIALIZER, {0}, FERN_FILE_IO_POOL, 0, {0}, 0, 0, 0};
+} U = {PLOCK_INIT, {0}, FERN_FILE_IO_POOL, 0, {0}, 0, 0, 0};
 
 static void ring_free(struct uring *r)
 {
@@ -188,7 +188,7 @@ static void ring_probe_ops(struct uring *r)
 
 void uring_init(void)
 {
-    pthread_mutex_lock(&U.mu);
+    plock_lock(&U.mu);
     U.mode = FERN_FILE_IO_POOL;
     U.why = 0;
     memset(U.ops, 0, sizeof U.ops);
@@ -207,12 +207,12 @@ void uring_init(void)
             STORE(&U.mode, FERN_FILE_IO_URING);
         }
     }
-    pthread_mutex_unlock(&U.mu);
+    plock_unlock(&U.mu);
 }
 
 void uring_fini(void)
 {
-    pthread_mutex_lock(&U.mu);
+    plock_lock(&U.mu);
     for (int i = 0; i < URING_MAX; i++) {
         if (U.r[i]) {
             ring_free(U.r[i]);
@@ -220,7 +220,7 @@ void uring_fini(void)
         }
     }
     STORE(&U.mode, FERN_FILE_IO_POOL);
-    pthread_mutex_unlock(&U.mu);
+    plock_unlock(&U.mu);
 }
 
 bool uring_has(unsigned op) { return LOAD(&U.mode) == FERN_FILE_IO_URING && op < IORING_OP_LAST && U.ops[op]; }
@@ -232,14 +232,14 @@ static struct uring *ring_of(unsigned i)
     struct uring *r = LOAD(&U.r[i]);
     if (likely(r))
         return r;
-    pthread_mutex_lock(&U.mu);
+    plock_lock(&U.mu);
     r = U.r[i];
     if (!r && U.mode == FERN_FILE_IO_URING) {
         r = ring_new(EV_RING_BASE + i);
         if (r)
             STORE(&U.r[i], r);
     }
-    pthread_mutex_unlock(&U.mu);
+    plock_unlock(&U.mu);
     return r;
 }
 
@@ -370,7 +370,7 @@ void io_file_stats(struct fern_stats *s)
 
 void io_file_dump(FILE *f)
 {
-    pthread_mutex_lock(&U.mu);
+    plock_lock(&U.mu);
     unsigned rings = 0;
     for (int i = 0; i < URING_MAX; i++)
         rings += U.r[i] != NULL;
@@ -381,5 +381,5 @@ void io_file_dump(FILE *f)
         fprintf(f, "fern: file I/O: blocking pool ($FERN_IO_URING=0)\n");
     else
         fprintf(f, "fern: file I/O: blocking pool (io_uring_setup: %s)\n", strerror(U.why));
-    pthread_mutex_unlock(&U.mu);
+    plock_unlock(&U.mu);
 }

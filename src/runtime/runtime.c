@@ -10,7 +10,7 @@
 #include <sanitizer/common_interface_defs.h>
 #endif
 
-struct runtime rt = {.boot_lock = PTHREAD_MUTEX_INITIALIZER};
+struct runtime rt = {.boot_lock = PLOCK_INIT};
 
 #ifdef FERN_TSAN
 /* ThreadSanitizer symbolises a report with libbacktrace, which opens the
@@ -52,13 +52,13 @@ static int runtime_init(const fern_config *cfg, const char *implicit_by)
 #ifdef FERN_TSAN
     tsan_symbolizer_warm();
 #endif
-    pthread_mutex_lock(&rt.boot_lock);
+    plock_lock(&rt.boot_lock);
     if (rt.running) {
         /* An explicit fern_init that comes after an implicit start would
          * otherwise fail with a bare EBUSY while the program believes its
          * configuration is in force: say which call started the runtime. */
         const char *by = rt.started_by;
-        pthread_mutex_unlock(&rt.boot_lock);
+        plock_unlock(&rt.boot_lock);
         if (!implicit_by && by)
             fprintf(stderr,
                     "fern: fern_init: the runtime is already running: %s started it with the "
@@ -77,7 +77,7 @@ static int runtime_init(const fern_config *cfg, const char *implicit_by)
     if (r == 0)
         r = io_init();
     rt.default_cls = stack_class(c.stack_size, NULL);
-    pthread_mutex_unlock(&rt.boot_lock);
+    plock_unlock(&rt.boot_lock);
     if (r) {
         crash_stop();
         return r;
@@ -114,21 +114,32 @@ static int runtime_init(const fern_config *cfg, const char *implicit_by)
         stack_fini();
         return r;
     }
-    pthread_mutex_lock(&rt.boot_lock);
+    plock_lock(&rt.boot_lock);
     rt.dflt = d;
     rt.started_by = implicit_by;
     STORE(&rt.running, 1);
-    pthread_mutex_unlock(&rt.boot_lock);
+    plock_unlock(&rt.boot_lock);
     return 0;
 }
 
-int fern_init(const fern_config *cfg) { return runtime_init(cfg, NULL); }
+/* Starting leaves errno as the caller had it: its probes fail on purpose
+ * (slab.c's page probe, io/file.c's RWF_NOWAIT, uring.c's setup), and an
+ * implicit start runs inside a call the program checks errno after. */
+int fern_init(const fern_config *cfg)
+{
+    int e = errno;
+    int r = runtime_init(cfg, NULL);
+    errno = e;
+    return r;
+}
 
 int runtime_start(const char *by)
 {
     if (LOAD(&rt.running))
         return 0;
+    int e = errno;
     int r = runtime_init(NULL, by);
+    errno = e;
     return r == EBUSY ? 0 : r;
 }
 
@@ -136,13 +147,13 @@ int fern_shutdown(void)
 {
     if (thread_current() || worker_self())
         return EPERM;
-    pthread_mutex_lock(&rt.boot_lock);
+    plock_lock(&rt.boot_lock);
     if (!rt.running) {
-        pthread_mutex_unlock(&rt.boot_lock);
+        plock_unlock(&rt.boot_lock);
         return EINVAL;
     }
     STORE(&rt.running, 0);
-    pthread_mutex_unlock(&rt.boot_lock);
+    plock_unlock(&rt.boot_lock);
     /* Cancel every thread that has not finished (again for ones spawned
      * meanwhile) and give them the grace period: the threads run on while
      * they end, so the runtime is still whole here. */
@@ -169,23 +180,23 @@ int fern_shutdown(void)
     unsigned stuck = 0;
     /* Every cluster stops at once: threads moving between clusters meet
      * only stopping ones. */
-    pthread_mutex_lock(&rt.boot_lock);
+    plock_lock(&rt.boot_lock);
     for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster)
         STORE(&c->stopping, 1);
-    pthread_mutex_unlock(&rt.boot_lock);
+    plock_unlock(&rt.boot_lock);
     /* Halt them all, then free them: a worker still running may push a
      * migrating thread into another cluster's inbox. */
-    pthread_mutex_lock(&rt.boot_lock);
+    plock_lock(&rt.boot_lock);
     unsigned nc = rt.nclusters, k = 0;
     struct fern_cluster **cs = malloc((nc ? nc : 1) * sizeof *cs);
     for (struct fern_cluster *c = rt.clusters; cs && c && k < nc; c = c->next_cluster)
         cs[k++] = c;
-    pthread_mutex_unlock(&rt.boot_lock);
+    plock_unlock(&rt.boot_lock);
     if (!cs) { /* no memory: one by one, as before */
         for (;;) {
-            pthread_mutex_lock(&rt.boot_lock);
+            plock_lock(&rt.boot_lock);
             struct fern_cluster *c = rt.clusters;
-            pthread_mutex_unlock(&rt.boot_lock);
+            plock_unlock(&rt.boot_lock);
             if (!c)
                 break;
             stuck += cluster_stop_by(c, stop_by);
@@ -198,9 +209,9 @@ int fern_shutdown(void)
         free(cs);
         /* One a thread created meanwhile, if any. */
         for (;;) {
-            pthread_mutex_lock(&rt.boot_lock);
+            plock_lock(&rt.boot_lock);
             struct fern_cluster *c = rt.clusters;
-            pthread_mutex_unlock(&rt.boot_lock);
+            plock_unlock(&rt.boot_lock);
             if (!c)
                 break;
             stuck += cluster_stop_by(c, stop_by);
@@ -219,12 +230,12 @@ int fern_shutdown(void)
         stack_fini();
     }
     (void)abandoned;
-    pthread_mutex_lock(&rt.boot_lock);
+    plock_lock(&rt.boot_lock);
     rt.dflt = NULL;
     rt.started_by = NULL;
     rt.spawned_ext = rt.retired_spawned = rt.retired_exited = 0;
     rt.retired_bound = rt.retired_unbound = 0;
     stack_starved = 0;
-    pthread_mutex_unlock(&rt.boot_lock);
+    plock_unlock(&rt.boot_lock);
     return 0;
 }

@@ -45,12 +45,12 @@ int cluster_start(struct fern_cluster **out, unsigned n)
             return EAGAIN;
         }
     }
-    pthread_mutex_lock(&rt.boot_lock);
+    plock_lock(&rt.boot_lock);
     c->next_cluster = rt.clusters;
     rt.clusters = c;
     rt.nclusters++;
     rt.nworkers += n;
-    pthread_mutex_unlock(&rt.boot_lock);
+    plock_unlock(&rt.boot_lock);
     *out = c;
     return 0;
 }
@@ -136,13 +136,13 @@ unsigned cluster_halt_by(struct fern_cluster *c, int64_t deadline)
     STORE(&c->stopping, 1);
     /* No spare starts after this: spare_start runs under boot_lock and
      * checks `stopping`. */
-    pthread_mutex_lock(&rt.boot_lock);
-    pthread_mutex_unlock(&rt.boot_lock);
+    plock_lock(&rt.boot_lock);
+    plock_unlock(&rt.boot_lock);
     cluster_wake_all(c);
     unsigned stuck = 0;
     for (unsigned i = 0; i < c->nbase; i++)
         stuck += !worker_join_by(c->workers[i], deadline);
-    pthread_mutex_lock(&rt.boot_lock);
+    plock_lock(&rt.boot_lock);
     for (unsigned i = c->nbase; i < c->nworkers; i++) {
         struct worker *w = c->workers[i];
         if (LOAD(&w->spare) != SPARE_DORMANT) {
@@ -152,7 +152,7 @@ unsigned cluster_halt_by(struct fern_cluster *c, int64_t deadline)
                 stuck++;
         }
     }
-    pthread_mutex_unlock(&rt.boot_lock);
+    plock_unlock(&rt.boot_lock);
     return stuck;
 }
 
@@ -160,7 +160,7 @@ void cluster_retire(struct fern_cluster *c, bool keep)
 {
     if (keep) {
         /* Off the list, never freed: a stuck worker still uses it. */
-        pthread_mutex_lock(&rt.boot_lock);
+        plock_lock(&rt.boot_lock);
         for (struct fern_cluster **p = &rt.clusters; *p; p = &(*p)->next_cluster)
             if (*p == c) {
                 *p = c->next_cluster;
@@ -168,12 +168,12 @@ void cluster_retire(struct fern_cluster *c, bool keep)
             }
         rt.nclusters--;
         rt.nworkers -= c->nbase;
-        pthread_mutex_unlock(&rt.boot_lock);
+        plock_unlock(&rt.boot_lock);
         return;
     }
     while (LOAD(&c->wakers))
         sched_yield(); /* a waker is still inside cluster_wake(c) */
-    pthread_mutex_lock(&rt.boot_lock);
+    plock_lock(&rt.boot_lock);
     for (struct fern_cluster **p = &rt.clusters; *p; p = &(*p)->next_cluster)
         if (*p == c) {
             *p = c->next_cluster;
@@ -190,7 +190,7 @@ void cluster_retire(struct fern_cluster *c, bool keep)
         rt.retired_unbound += w->n_unbound;
         rt.migrations += w->n_migrations;
     }
-    pthread_mutex_unlock(&rt.boot_lock);
+    plock_unlock(&rt.boot_lock);
     for (unsigned i = 0; i < c->nworkers; i++)
         worker_free(c->workers[i]);
     free(c->inbox.slot);

@@ -7,7 +7,7 @@
 void sched_stats(struct fern_stats *s)
 {
     uint64_t spawned, exited, bound, unbound;
-    pthread_mutex_lock(&rt.boot_lock);
+    plock_lock(&rt.boot_lock);
     spawned = rt.retired_spawned + LOAD_RELAXED(&rt.spawned_ext);
     exited = rt.retired_exited;
     bound = rt.retired_bound;
@@ -30,7 +30,7 @@ void sched_stats(struct fern_stats *s)
             unbound += LOAD_RELAXED(&w->n_unbound);
         }
     }
-    pthread_mutex_unlock(&rt.boot_lock);
+    plock_unlock(&rt.boot_lock);
     s->threads_spawned = spawned;
     s->threads_live = spawned - exited;
     s->stacks_in_use = bound - unbound;
@@ -47,7 +47,7 @@ static bool worker_counts(struct fern_cluster *c, unsigned i, uint32_t *spare_st
 
 void sched_dump_clusters(FILE *f)
 {
-    pthread_mutex_lock(&rt.boot_lock);
+    plock_lock(&rt.boot_lock);
     for (struct fern_cluster *c = rt.clusters; c; c = c->next_cluster) {
         /* Each spare's state is read once, for both the count and its
          * line: one that ends meanwhile is in neither or in both. */
@@ -97,5 +97,5 @@ void sched_dump_clusters(FILE *f)
             fputc('\n', f);
         }
     }
-    pthread_mutex_unlock(&rt.boot_lock);
+    plock_unlock(&rt.boot_lock);
 }

@@ -172,7 +172,7 @@ _Static_assert(offsetof(struct fern_cluster, nidle) + sizeof(uint32_t) <= 64,
 
 
 struct runtime {
-    pthread_mutex_t boot_lock;
+    struct plock boot_lock;
     uint32_t running;
     struct fern_cluster *dflt;
     struct fern_cluster *clusters;   /* list, under boot_lock */

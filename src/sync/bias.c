@@ -68,11 +68,11 @@
 struct bias_slot bias_slots[BIAS_SLOTS];
 
 static struct {
-    pthread_mutex_t lock;
+    struct plock lock;
     int state;        /* 0 not probed, 1 usable, -1 off */
     uint8_t used[BIAS_SLOTS];
     uint64_t revocations;
-} B = {PTHREAD_MUTEX_INITIALIZER, 0, {0}, 0};
+} B = {PLOCK_INIT, 0, {0}, 0};
 
 /* Called with B.lock held. */
 static bool bias_usable(void)
@@ -90,7 +90,7 @@ static bool bias_usable(void)
 uint32_t bias_slot_take(void)
 {
     uint32_t id = 0;
-    pthread_mutex_lock(&B.lock);
+    plock_lock(&B.lock);
     if (bias_usable())
         for (uint32_t i = 1; i < BIAS_SLOTS; i++)
             if (!B.used[i]) {
@@ -98,7 +98,7 @@ uint32_t bias_slot_take(void)
                 id = i;
                 break;
             }
-    pthread_mutex_unlock(&B.lock);
+    plock_unlock(&B.lock);
     return id;
 }
 
@@ -106,10 +106,10 @@ void bias_slot_give(uint32_t id)
 {
     if (!id)
         return;
-    pthread_mutex_lock(&B.lock);
+    plock_lock(&B.lock);
     STORE(bias_busy(id << 2), 0);
     B.used[id] = 0;
-    pthread_mutex_unlock(&B.lock);
+    plock_unlock(&B.lock);
 }
 
 uint64_t bias_revocations(void) { return LOAD_RELAXED(&B.revocations); }

@@ -343,9 +343,9 @@ static void *monitor_main(void *arg)
     pthread_setname_np(pthread_self(), "fern-monitor"); /* for top, gdb and perf */
     while (!LOAD(&M.stop)) {
         int64_t now = fern_now_ns(), again;
-        pthread_mutex_lock(&rt.boot_lock);
+        plock_lock(&rt.boot_lock);
         bool busy = watch_all(now, &again);
-        pthread_mutex_unlock(&rt.boot_lock);
+        plock_unlock(&rt.boot_lock);
         watch_hibernate(now, busy || M.switched, &again);
         if (busy) {
             futex_wait(&M.stop, 0, now + M.tick_ns);
@@ -355,9 +355,9 @@ static void *monitor_main(void *arg)
             continue; /* a hibernation scan is under way */
         STORE_RELAXED(&monitor_sleeping, 1);
         full_fence(); /* monitor_sleeping = 1 before reading mon.idle: see above */
-        pthread_mutex_lock(&rt.boot_lock);
+        plock_lock(&rt.boot_lock);
         busy = any_busy();
-        pthread_mutex_unlock(&rt.boot_lock);
+        plock_unlock(&rt.boot_lock);
         /* A deadlock leaves every worker idle: a pending deadlock check
          * bounds the sleep. */
         if (!busy && !LOAD(&M.stop))

@@ -320,6 +320,19 @@ TEST_F(Config, GuardModeAndBudgetTakeEffect) {
     EXPECT_EQ(FERN_GUARD_CANARY, s.guard_mode);
 }
 
+// A successful fern_init leaves errno as the caller had it: its probes
+// (RWF_NOWAIT's preadv2 on a bad descriptor, io_uring) fail on purpose.
+// Both the io_uring path and the pool are started.
+TEST_F(Config, SuccessfulInitKeepsErrno) {
+    for (const char *uring : {"1", "0"}) {
+        setenv("FERN_IO_URING", uring, 1);
+        errno = ENOTRECOVERABLE;
+        ASSERT_EQ(0, fern_init(nullptr));
+        EXPECT_EQ(ENOTRECOVERABLE, errno) << "FERN_IO_URING=" << uring;
+        stop();
+    }
+}
+
 }  // namespace
 
 namespace {
