@@ -183,7 +183,7 @@ static struct {
     struct iovec iov[HIB_BATCH];
     unsigned n;
     uint64_t hibernated, hibernations, restores, touches, bytes; /* relaxed */
-} H;
+} H = {.pkey = -1, .mem_fd = -1}; /* key 0 is everyone's: never freed (hib_fini) */
 
 const char *hibernate_unsupported(void)
 {
@@ -233,6 +233,7 @@ void hib_init(void)
 {
     hib_on = false;
     H.mem_fd = -1;
+    H.pkey = -1; /* before any return: hib_fini frees a key >= 0 */
     memset(&H.hibernated, 0, 5 * sizeof H.hibernated);
     if (!config.hibernate || hibernate_unsupported())
         return;
@@ -263,7 +264,6 @@ void hib_init(void)
      * denied in this thread's PKRU, and every other thread's denies it too
      * (the kernel's initial PKRU denies every key but 0, and a new thread
      * inherits its creator's). */
-    H.pkey = -1;
     if (ARCH_PKEYS) {
         long k = syscall(SYS_pkey_alloc, 0, PKEY_DISABLE_ACCESS);
         if (k > 0 && k < 16 && (arch_pkru_read() >> (2 * k) & 1))
