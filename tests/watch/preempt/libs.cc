@@ -61,23 +61,35 @@ uint64_t preemptions() {
 }
 
 // Runs n green threads of body(i) for about run_ms each, then checks that
-// preemption interrupted the executable's code meanwhile.
+// preemption interrupted the executable's code meanwhile. A round can see
+// no preemption (about 1 in 4 of RandBytes' on 2 workers, and under ASan);
+// the likely way, not yet proven: when the library's lock puts a worker to
+// sleep in the kernel, the monitor moves its threads to a spare, and a
+// thread so rescued is not preempted until it leaves the CPU by itself
+// (sched/spare.c), so four threads that never do may run their whole
+// stretch unpreempted. Such a round proves nothing and is run again, up to
+// three rounds; preemption that is off fails all three.
 template <class F> void run_threads(int n, int run_ms, F body) {
     ASSERT_TRUE(fern_is_green() || !fern_self());
-    uint64_t p0 = runtime_running() ? preemptions() : 0;
-    std::vector<fern_thread *> ts;
-    for (int i = 0; i < n; i++) {
-        fern_thread *t;
-        ASSERT_EQ(0, spawn(&t, nullptr, [&, i] {
-                      int64_t end = fern_now_ns() + ms(run_ms);
-                      body(i, end);
-                  }));
-        ts.push_back(t);
+    uint64_t got = 0;
+    for (int round = 1; round <= 3 && !got; round++) {
+        uint64_t p0 = runtime_running() ? preemptions() : 0;
+        std::vector<fern_thread *> ts;
+        for (int i = 0; i < n; i++) {
+            fern_thread *t;
+            ASSERT_EQ(0, spawn(&t, nullptr, [&, i] {
+                          int64_t end = fern_now_ns() + ms(run_ms);
+                          body(i, end);
+                      }));
+            ts.push_back(t);
+        }
+        for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
+        if (kTsan) // ThreadSanitizer: preemption at fern's own operations only
+            return;
+        got = preemptions() - p0;
+        if (!got) std::printf("round %d: no preemption (threads rescued to spares?), again\n", round);
     }
-    for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
-    if (!kTsan) { // ThreadSanitizer: preemption at fern's own operations only
-        EXPECT_GT(preemptions() - p0, 0u) << "preemption did not run: the test proves nothing";
-    }
+    EXPECT_GT(got, 0u) << "preemption did not run in 3 rounds: the test proves nothing";
 }
 
 } // namespace
