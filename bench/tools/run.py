@@ -33,6 +33,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "common"))
+from benchproc import first_line, sh  # noqa: E402
+
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # bench/
 ROOT = os.path.dirname(HERE)
 JAVA_HOME = "/usr/lib/jvm/temurin-25-jdk-amd64"
@@ -301,21 +304,6 @@ LINE_RE = re.compile(r"^(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*$")
 
 def log(*a):
     print(*a, file=sys.stderr, flush=True)
-
-
-def sh(cmd, **kw):
-    """Run a command, return (rc, stdout+stderr) without raising."""
-    try:
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True, **kw)
-        return p.returncode, p.stdout
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return -1, str(e)
-
-
-def first_line(cmd):
-    rc, out = sh(cmd, timeout=30)
-    return out.strip().splitlines()[0] if rc == 0 and out.strip() else "not found"
 
 
 # ---------------------------------------------------------------------------
