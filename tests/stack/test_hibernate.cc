@@ -240,6 +240,39 @@ int free_pkeys() {
     return (int)keys.size();
 }
 
+// One thread parked and hibernated; a forked child touches its stack and
+// must see (and write) its own copy; the parent's stays intact.
+void forked_child_restores_its_copy() {
+    World w;
+    w.slots.assign(1, nullptr);
+    fern_thread *a;
+    ASSERT_EQ(0, spawn(&a, nullptr, [&] { park_and_check(&w, 0, nullptr); }));
+    ASSERT_TRUE(wait_until([&] { return w.ready == 1; }));
+    ASSERT_TRUE(wait_hibernated(1));
+    pid_t pid = fork();
+    if (pid == 0) {
+        // Only this kernel thread lives here; raw system calls only.
+        Slot *s = w.slots[0];
+        bool ok = s->tag == tag_of(0);
+        s->foreign[0] = 99; // the child's copy only
+        _exit(ok && s->foreign[0] == 99 ? 0 : 3);
+    }
+    ASSERT_GT(pid, 0);
+    int st = 0;
+    ASSERT_EQ(pid, waitpid(pid, &st, 0));
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "child status " << st;
+    EXPECT_GE(stats().hibernated + stats().hibernate_restores, 1u);
+    touch_range(&w, 0, 1); // the parent's stack: its own bytes, its own writes
+    ASSERT_EQ(0, run_green([&] {
+        fern_mutex_lock(&w.mu);
+        w.go = true;
+        fern_cond_broadcast(&w.cv);
+        fern_mutex_unlock(&w.mu);
+    }));
+    ASSERT_EQ(0, fern_join(a, nullptr));
+    EXPECT_EQ(1, w.intact.load());
+}
+
 // With a protection key to spare, hibernation holds one (restores copy the
 // bytes back with only the restorer's PKRU let through); with none left,
 // it falls back to writing through /proc/self/mem, and every touch is
@@ -257,30 +290,7 @@ TEST_F(Hibernate, WithoutProtectionKeyFallsBackToProcMem) {
     ASSERT_TRUE(start_hibernating());
     foreign_touches_kept(tsan_capped(scaled(2000, 100), 500));
     // A forked child restores through its own /proc/self/mem.
-    World w;
-    w.slots.assign(1, nullptr);
-    fern_thread *a;
-    ASSERT_EQ(0, spawn(&a, nullptr, [&] { park_and_check(&w, 0, nullptr); }));
-    ASSERT_TRUE(wait_until([&] { return w.ready == 1; }));
-    ASSERT_TRUE(wait_hibernated(1));
-    pid_t pid = fork();
-    if (pid == 0) {
-        Slot *s = w.slots[0];
-        _exit(s->tag == tag_of(0) ? 0 : 3);
-    }
-    ASSERT_GT(pid, 0);
-    int st = 0;
-    ASSERT_EQ(pid, waitpid(pid, &st, 0));
-    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "child status " << st;
-    touch_range(&w, 0, 1);
-    ASSERT_EQ(0, run_green([&] {
-        fern_mutex_lock(&w.mu);
-        w.go = true;
-        fern_cond_broadcast(&w.cv);
-        fern_mutex_unlock(&w.mu);
-    }));
-    ASSERT_EQ(0, fern_join(a, nullptr));
-    EXPECT_EQ(1, w.intact.load());
+    forked_child_restores_its_copy();
     ASSERT_EQ(0, fern_shutdown());
     for (int k : keys) pkey_free(k);
 }
@@ -413,34 +423,7 @@ TEST_F(Hibernate, OptOutNeverHibernated) {
 // memory: the /proc/self/mem descriptor it inherits names its parent's, and
 // writing the bytes back through it failed there (the child aborted).
 TEST_F(Hibernate, ForkedChildRestoresItsOwnCopy) {
-    World w;
-    w.slots.assign(1, nullptr);
-    fern_thread *a;
-    ASSERT_EQ(0, spawn(&a, nullptr, [&] { park_and_check(&w, 0, nullptr); }));
-    ASSERT_TRUE(wait_until([&] { return w.ready == 1; }));
-    ASSERT_TRUE(wait_hibernated(1));
-    pid_t pid = fork();
-    if (pid == 0) {
-        // Only this kernel thread lives here; raw system calls only.
-        Slot *s = w.slots[0];
-        bool ok = s->tag == tag_of(0);
-        s->foreign[0] = 99; // the child's copy only
-        _exit(ok && s->foreign[0] == 99 ? 0 : 3);
-    }
-    ASSERT_GT(pid, 0);
-    int st = 0;
-    ASSERT_EQ(pid, waitpid(pid, &st, 0));
-    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "child status " << st;
-    EXPECT_GE(stats().hibernated + stats().hibernate_restores, 1u);
-    touch_range(&w, 0, 1); // the parent's stack: its own bytes, its own writes
-    ASSERT_EQ(0, run_green([&] {
-        fern_mutex_lock(&w.mu);
-        w.go = true;
-        fern_cond_broadcast(&w.cv);
-        fern_mutex_unlock(&w.mu);
-    }));
-    ASSERT_EQ(0, fern_join(a, nullptr));
-    EXPECT_EQ(1, w.intact.load());
+    forked_child_restores_its_copy();
 }
 
 // fern_blocking's helper thread reads into a buffer on the caller's stack:
