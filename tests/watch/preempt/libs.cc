@@ -171,8 +171,9 @@ TEST(PreemptLibs, MallocChurn) {
 // no draw repeats. 8, more than the workers that may run them (1 or 2 in
 // tests/CMakeLists.txt's runs, plus at most 4 spares): with 4, spares that
 // compensation started during a round gave each thread a worker of its own
-// in 1 round of 5 under ASan on 2 workers (most ticks land in libasan or
-// libcrypto there), and that round saw no preemption.
+// in 4 of 24 rounds (20 runs) under ASan on 2 workers (most ticks land in
+// libasan or libcrypto there), and those rounds saw no preemption; with 8,
+// none of 40 runs on 1 and 2 workers had such a round.
 TEST(PreemptLibs, RandBytesNeverFailsNorRepeats) {
     Watchdog wd(120);
     std::vector<std::vector<std::string>> draws(8);
