@@ -18,6 +18,7 @@
 #include <link.h>
 #include <openssl/err.h>
 #include <openssl/rand.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <set>
@@ -54,26 +55,48 @@ bool loaded(const char *part) {
     return q.found;
 }
 
-uint64_t preemptions() {
-    struct fern_stats s;
+struct fern_stats stats() {
+    struct fern_stats s{};
     EXPECT_EQ(0, fern_stats(&s));
-    return s.preemptions;
+    return s;
+}
+
+// Spares (compensation workers) that the monitor started for an earlier
+// round or test, while a worker stayed where ticks cannot preempt (libasan,
+// libcrypto, the allocator) or slept in the kernel, run until they have had
+// nothing to do for 50 ms (sched/idle.c). An idle one meanwhile steals the
+// threads spawned next: with a worker for each thread, none ever waits and
+// no preemption is due. Under ASan, RandBytes after MallocChurn on 2 workers
+// ran its 4 threads on 4 workers (2 spares left) in 2 of 6 processes, all
+// 3 rounds each, every tick finding nothing waiting. Waits (at most 5 s)
+// until only the cluster's own workers run.
+void wait_for_spares_to_end() {
+    if (!runtime_running()) return;
+    unsigned base = fern_cluster_workers(fern_cluster_default());
+    int64_t end = fern_now_ns() + ms(5000);
+    while (stats().workers > base && fern_now_ns() < end) {
+        if (fern_is_green())
+            fern_sleep_ns(ms(10));
+        else
+            usleep(10000);
+    }
 }
 
 // Runs n green threads of body(i) for about run_ms each, then checks that
-// preemption interrupted the executable's code meanwhile. A round can see
-// no preemption (about 1 in 4 of RandBytes' on 2 workers, and under ASan);
-// the likely way, not yet proven: when the library's lock puts a worker to
-// sleep in the kernel, the monitor moves its threads to a spare, and a
-// thread so rescued is not preempted until it leaves the CPU by itself
-// (sched/spare.c), so four threads that never do may run their whole
-// stretch unpreempted. Such a round proves nothing and is run again, up to
-// three rounds; preemption that is off fails all three.
+// preemption interrupted the executable's code meanwhile. Each round starts
+// on the cluster's own workers (wait_for_spares_to_end). It can still see
+// no preemption if spares started during it give every thread a worker of
+// its own (under ASan most ticks land in libasan or libcrypto, where
+// compensation, not preemption, serves the threads waiting): such a round
+// proves nothing and is run again, up to three rounds; preemption that is
+// off fails all three.
 template <class F> void run_threads(int n, int run_ms, F body) {
     ASSERT_TRUE(fern_is_green() || !fern_self());
     uint64_t got = 0;
     for (int round = 1; round <= 3 && !got; round++) {
-        uint64_t p0 = runtime_running() ? preemptions() : 0;
+        wait_for_spares_to_end();
+        struct fern_stats s0{};
+        if (runtime_running()) s0 = stats();
         std::vector<fern_thread *> ts;
         for (int i = 0; i < n; i++) {
             fern_thread *t;
@@ -86,8 +109,14 @@ template <class F> void run_threads(int n, int run_ms, F body) {
         for (auto t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
         if (kTsan) // ThreadSanitizer: preemption at fern's own operations only
             return;
-        got = preemptions() - p0;
-        if (!got) std::printf("round %d: no preemption (threads rescued to spares?), again\n", round);
+        struct fern_stats s1 = stats();
+        got = s1.preemptions - s0.preemptions;
+        if (!got)
+            std::printf("round %d: no preemption (%u workers at its start, %u at its end, %llu "
+                        "spares started, %llu deferred requests), again\n",
+                        round, s0.workers, s1.workers,
+                        (unsigned long long)(s1.spares_started - s0.spares_started),
+                        (unsigned long long)(s1.preemptions_deferred - s0.preemptions_deferred));
     }
     EXPECT_GT(got, 0u) << "preemption did not run in 3 rounds: the test proves nothing";
 }
@@ -138,14 +167,19 @@ TEST(PreemptLibs, MallocChurn) {
     EXPECT_GT(ops.load(), 1000);
 }
 
-// 4 green threads (one worker in tests/CMakeLists.txt's runs) draw 16 random
-// bytes at a time: every call succeeds and no draw repeats.
+// 8 green threads draw 16 random bytes at a time: every call succeeds and
+// no draw repeats. 8, more than the workers that may run them (1 or 2 in
+// tests/CMakeLists.txt's runs, plus at most 4 spares): with 4, spares that
+// compensation started during a round gave each thread a worker of its own
+// in 4 of 24 rounds (20 runs) under ASan on 2 workers (most ticks land in
+// libasan or libcrypto there), and those rounds saw no preemption; with 8,
+// none of 40 runs on 1 and 2 workers had such a round.
 TEST(PreemptLibs, RandBytesNeverFailsNorRepeats) {
     Watchdog wd(120);
-    std::vector<std::vector<std::string>> draws(4);
+    std::vector<std::vector<std::string>> draws(8);
     std::atomic<long> failures{0};
     std::atomic<unsigned long> last_err{0};
-    run_threads(4, (int)scaled(3000, 300), [&](int id, int64_t end) {
+    run_threads(8, (int)scaled(3000, 300), [&](int id, int64_t end) {
         uint64_t x = (uint64_t)id + 1;
         while (fern_now_ns() < end) {
             unsigned char b[16];
