@@ -14,6 +14,9 @@
  *   rwsem      a sem_t of 20 units gates 200 threads; every 10th takes a
  *              pthread_rwlock for writing, the rest for reading, each held
  *              across a usleep(1000); ideal 20 x 1 + 180 x 1 / 20 = 29 ms
+ *   rwsempw    as rwsem, the lock of the writer-preferring kind
+ *              (PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP; for
+ *              bench/hooks/lock_ab.py, not a target)
  *   plainprod  as cond, but the producer is a plain pthread in both modes
  *   sqlite     N threads x 50 transactions (BEGIN IMMEDIATE, one INSERT,
  *              COMMIT) on one SQLite database, WAL, busy timeout 60 s, each
@@ -93,7 +96,7 @@ static void *body(void *arg)
         usleep(500);
         atomic_fetch_sub(&inside, 1);
         pthread_mutex_unlock(&m);
-    } else if (!strcmp(scen, "rwsem")) {
+    } else if (!strcmp(scen, "rwsem") || !strcmp(scen, "rwsempw")) {
         if (sem_wait(&sem))
             errors++;
         if (i % 10 == 0) {
@@ -218,7 +221,7 @@ static long sqlite_rows(void)
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: hook_lock cond|mutex|rwsem|plainprod|sqlite|plainmutex green|pthread WORKERS\n");
+        fprintf(stderr, "usage: hook_lock cond|mutex|rwsem|rwsempw|plainprod|sqlite|plainmutex green|pthread WORKERS\n");
         return 2;
     }
     scen = argv[1];
@@ -251,6 +254,14 @@ int main(int argc, char **argv)
         sqlite3_close(db);
     }
     sem_init(&sem, 0, 20);
+    if (!strcmp(scen, "rwsempw")) {
+        pthread_rwlockattr_t ra;
+        pthread_rwlockattr_init(&ra);
+        pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+        if (pthread_rwlock_init(&rw, &ra))
+            return 1;
+        pthread_rwlockattr_destroy(&ra);
+    }
     fern_thread *tk = NULL, **gt = calloc((size_t)n + 1, sizeof *gt);
     pthread_t *pt = calloc((size_t)n + 1, sizeof *pt), prod;
     if (green) {
