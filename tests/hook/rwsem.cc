@@ -332,6 +332,7 @@ TEST_P(Family, OnceRoutineThatParks) {
     Workers w(GetParam());
     static pthread_once_t onces[3] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
     pthread_once_t &o = onces[GetParam()]; // one per run
+    o = PTHREAD_ONCE_INIT;                 // again for each run of the test (--gtest_repeat)
     static std::atomic<int> runs{0};
     static std::atomic<int> ready{0};
     runs = 0;
@@ -363,6 +364,8 @@ TEST_P(Family, OnceRoutineThatParks) {
     }
     static once_flag flags[3] = {ONCE_FLAG_INIT, ONCE_FLAG_INIT, ONCE_FLAG_INIT};
     once_flag &f = flags[GetParam()];
+    once_flag fresh = ONCE_FLAG_INIT;
+    f = fresh;
     static std::atomic<int> c11{0};
     c11 = 0;
     w.many(10, [&](int) { call_once(&f, [] { usleep(1000); c11++; }); });
