@@ -22,14 +22,18 @@
  * (as glibc's is): the unlock that would leave it free while parties wait
  * chooses, under the lot's lock, who holds it next, stores the word for
  * them and wakes only them; they return holding it. A writer's unlock
- * hands it to every waiting reader (the writer-preferring kind: to the
- * oldest waiting writer, if any), else to the oldest writer; the last
+ * goes by the oldest party queued: if a writer, it alone gets the lock;
+ * if a reader, every waiting reader does (the writer-preferring kind: the
+ * oldest waiting writer first, if any, else every reader). The last
  * reader's unlock hands it to the oldest waiting writer. So a writer
  * waiting behind readers gets in when they drain, before readers let in
  * afterwards (the default kind still lets a reader join readers that hold
- * the lock while a writer waits), and nobody wakes only to find the lock
- * taken again. The last reader first turns its hold into a writer's (W,
- * no owner) by CAS, so that no reader joins while it chooses.
+ * the lock while a writer waits, as glibc's: a thread may take its read
+ * lock again, and a reader may wait for another reader), writers queued
+ * before any reader follow one another, readers queued behind a writer
+ * wait for no writer queued after them, and nobody wakes only to find the
+ * lock taken again. The last reader first turns its hold into a writer's
+ * (W, no owner) by CAS, so that no reader joins while it chooses.
  *
  * The wait bits stay set while anyone is queued: only a hand-over clears
  * them, under the lot's lock, and it sets again those of parties it left
@@ -289,7 +293,9 @@ int pthread_rwlock_timedwrlock(pthread_rwlock_t *l, const struct timespec *abs)
  * into that), and leaves it to whoever this chooses. */
 struct rw_pass {
     struct lk_rw *k;
-    int first;        /* RW_RW: readers first; RW_WW: the oldest writer first */
+    int first;        /* RW_RW: readers first; RW_WW: the oldest writer first;
+                       * 0: the kind of the oldest party queued */
+    int oldest;       /* that kind (SEE), 0: nobody seen yet */
     int mode;         /* what the PICK pass takes: RW_RW, RW_WW, 0 (not yet chosen) */
     int tried;        /* the modes a PICK pass has run with */
     unsigned nr, nw;  /* queued readers and writers (SEE) */
@@ -303,6 +309,8 @@ static int hand_over(void *arg, int phase, void *token)
     struct rw_need *n = token;
     switch (phase) {
     case FERN__LOT_SEE:
+        if (!p->oldest)
+            p->oldest = (int)n->bit;
         if (n->bit == RW_RW)
             p->nr++;
         else
@@ -310,6 +318,8 @@ static int hand_over(void *arg, int phase, void *token)
         return 0;
     case FERN__LOT_PICK:
         if (!p->mode) {
+            if (!p->first)
+                p->first = p->oldest;
             int other = p->first == RW_RW ? RW_WW : RW_RW;
             p->mode = (p->first == RW_RW ? p->nr : p->nw) ? p->first : other;
             p->tried |= p->mode;
@@ -369,7 +379,7 @@ int pthread_rwlock_unlock(pthread_rwlock_t *l)
                 return 0;
         }
         /* Parties wait: hand the lock over (the owner word with it). */
-        release_to_next(k, pw ? RW_WW : RW_RW);
+        release_to_next(k, pw ? RW_WW : 0);
         return 0;
     }
     for (;;) {

@@ -14,6 +14,9 @@
  *   rwsem      a sem_t of 20 units gates 200 threads; every 10th takes a
  *              pthread_rwlock for writing, the rest for reading, each held
  *              across a usleep(1000); ideal 20 x 1 + 180 x 1 / 20 = 29 ms
+ *   rwsempw    as rwsem, the lock of the writer-preferring kind
+ *              (PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP; for
+ *              bench/hooks/lock_ab.py, not a target)
  *   plainprod  as cond, but the producer is a plain pthread in both modes
  *   sqlite     N threads x 50 transactions (BEGIN IMMEDIATE, one INSERT,
  *              COMMIT) on one SQLite database, WAL, busy timeout 60 s, each
@@ -22,9 +25,13 @@
  *   plainmutex an uncontended pthread_mutex_lock + unlock on a plain
  *              thread: ns per pair, the fastest of 20 rounds of 1 M (run
  *              from both binaries; WORKERS > 0: that many rounds of
- *              100 k instead, for callgrind)
+ *              100 k instead, for callgrind); with WORKERS 0 also the
+ *              in-process comparison (plainmutex_ab: ab_first_ns through
+ *              the pthread_mutex_lock the linker finds, ab_libc_ns
+ *              through libc's, alternating rounds)
  *
  * Prints one JSON line. */
+#include <dlfcn.h>
 #include <fern/fern.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -89,7 +96,7 @@ static void *body(void *arg)
         usleep(500);
         atomic_fetch_sub(&inside, 1);
         pthread_mutex_unlock(&m);
-    } else if (!strcmp(scen, "rwsem")) {
+    } else if (!strcmp(scen, "rwsem") || !strcmp(scen, "rwsempw")) {
         if (sem_wait(&sem))
             errors++;
         if (i % 10 == 0) {
@@ -151,6 +158,51 @@ static double plainmutex(int rounds)
     return best;
 }
 
+/* The same pair in one process, both ways: through the first
+ * pthread_mutex_lock/unlock the dynamic linker finds (fern-hook's, in
+ * hook_lock) and through libc's own, called alike (an indirect call each),
+ * in alternating rounds of 100 k pairs, the fastest of 200 rounds each. A
+ * loaded machine slows both alike, so the difference is fern-hook's
+ * wrapper; in hook_lock_nohook both are libc's and the difference is the
+ * method's noise. */
+typedef int (*mutex_fn)(pthread_mutex_t *);
+static double pair_round(mutex_fn lock, mutex_fn unlock, pthread_mutex_t *pm)
+{
+    const long iters = 100000;
+    int64_t t0 = fern_now_ns();
+    for (long i = 0; i < iters; i++) {
+        lock(pm);
+        __asm__ volatile("" ::: "memory");
+        unlock(pm);
+    }
+    return (double)(fern_now_ns() - t0) / iters;
+}
+
+static int plainmutex_ab(double *first, double *libc)
+{
+    void *h = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+    mutex_fn fl = (mutex_fn)dlsym(RTLD_DEFAULT, "pthread_mutex_lock");
+    mutex_fn fu = (mutex_fn)dlsym(RTLD_DEFAULT, "pthread_mutex_unlock");
+    mutex_fn cl = h ? (mutex_fn)dlsym(h, "pthread_mutex_lock") : NULL;
+    mutex_fn cu = h ? (mutex_fn)dlsym(h, "pthread_mutex_unlock") : NULL;
+    if (!fl || !fu || !cl || !cu)
+        return -1;
+    /* Through volatile pointers: the compiler cannot call them directly. */
+    mutex_fn volatile vfl = fl, vfu = fu, vcl = cl, vcu = cu;
+    pthread_mutex_t pm = PTHREAD_MUTEX_INITIALIZER;
+    *first = *libc = 1e9;
+    pair_round(vfl, vfu, &pm); /* warm-up */
+    pair_round(vcl, vcu, &pm);
+    for (int r = 0; r < 200; r++) {
+        double a = pair_round(vfl, vfu, &pm), b = pair_round(vcl, vcu, &pm);
+        if (a < *first)
+            *first = a;
+        if (b < *libc)
+            *libc = b;
+    }
+    return 0;
+}
+
 static long sqlite_rows(void)
 {
     sqlite3 *db;
@@ -169,7 +221,7 @@ static long sqlite_rows(void)
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: hook_lock cond|mutex|rwsem|plainprod|sqlite|plainmutex green|pthread WORKERS\n");
+        fprintf(stderr, "usage: hook_lock cond|mutex|rwsem|rwsempw|plainprod|sqlite|plainmutex green|pthread WORKERS\n");
         return 2;
     }
     scen = argv[1];
@@ -181,8 +233,12 @@ int main(int argc, char **argv)
     const char *hooked = "false";
 #endif
     if (!strcmp(scen, "plainmutex")) {
-        printf("{\"bench\": \"hook-lock\", \"scenario\": \"plainmutex\", \"hooked\": %s, \"ns_per_pair\": %.2f}\n",
-               hooked, plainmutex(workers));
+        double ns = plainmutex(workers), first = 0, libc = 0;
+        if (!workers && plainmutex_ab(&first, &libc))
+            return 1;
+        printf("{\"bench\": \"hook-lock\", \"scenario\": \"plainmutex\", \"hooked\": %s, \"ns_per_pair\": %.2f,"
+               " \"ab_first_ns\": %.3f, \"ab_libc_ns\": %.3f}\n",
+               hooked, ns, first, libc);
         return 0;
     }
     int n = N;
@@ -198,6 +254,14 @@ int main(int argc, char **argv)
         sqlite3_close(db);
     }
     sem_init(&sem, 0, 20);
+    if (!strcmp(scen, "rwsempw")) {
+        pthread_rwlockattr_t ra;
+        pthread_rwlockattr_init(&ra);
+        pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+        if (pthread_rwlock_init(&rw, &ra))
+            return 1;
+        pthread_rwlockattr_destroy(&ra);
+    }
     fern_thread *tk = NULL, **gt = calloc((size_t)n + 1, sizeof *gt);
     pthread_t *pt = calloc((size_t)n + 1, sizeof *pt), prod;
     if (green) {

@@ -139,8 +139,9 @@ TEST(HookRwlock, ErrorsAndTimedForms) {
 
 // The hand-over (hook/rwlock.c): an unlock that leaves parties waiting
 // gives them the lock before it returns, so the unlocker cannot take it
-// back, and a writer's unlock lets in the waiting readers (the default
-// kind) or the oldest waiting writer (the writer-preferring kind) first.
+// back, and a writer's unlock lets in the oldest queued party (a writer
+// alone, or every waiting reader: the default kind) or the oldest waiting
+// writer (the writer-preferring kind) first.
 // One worker: a party that the holder's hooked sleep let run is parked
 // by the time the holder wakes.
 TEST(HookRwlock, LastReaderHandsToTheWaitingWriter) {
@@ -166,13 +167,15 @@ TEST(HookRwlock, LastReaderHandsToTheWaitingWriter) {
     });
 }
 
-static void writer_unlock_order(pthread_rwlock_t *l, const char *want) {
+// The parties queue in the order of `queue` (r: a reader, w: a writer)
+// behind a writer; `want` is the order in which they get the lock.
+static void writer_unlock_order(pthread_rwlock_t *l, const char *queue, const char *want) {
     Workers w(1);
     std::string order;
     w.many(1, [&](int) {
         ASSERT_EQ(pthread_rwlock_wrlock(l), 0);
         std::vector<fern_thread *> ts;
-        for (char c : std::string("rwr")) // reader, writer, reader, in this order
+        for (char c : std::string(queue))
             ts.push_back(w.spawn([&, c] {
                 EXPECT_EQ(c == 'w' ? pthread_rwlock_wrlock(l) : pthread_rwlock_rdlock(l), 0);
                 order += c;
@@ -189,12 +192,22 @@ static void writer_unlock_order(pthread_rwlock_t *l, const char *want) {
 
 TEST(HookRwlock, WriterUnlockHandsToReadersFirst) {
     pthread_rwlock_t l = PTHREAD_RWLOCK_INITIALIZER;
-    writer_unlock_order(&l, "rrw");
+    writer_unlock_order(&l, "rwr", "rrw"); // the oldest is a reader: both readers
+}
+
+// A writer queued before every reader gets the lock before them, and the
+// readers then get it before the writer queued after them (neither kind
+// waits for parties queued after it).
+TEST(HookRwlock, WriterUnlockHandsToTheOldestQueued) {
+    pthread_rwlock_t l = PTHREAD_RWLOCK_INITIALIZER;
+    writer_unlock_order(&l, "wrw", "wrw");
+    pthread_rwlock_t l2 = PTHREAD_RWLOCK_INITIALIZER;
+    writer_unlock_order(&l2, "wwrr", "wwrr");
 }
 
 TEST(HookRwlock, WriterPreferringUnlockHandsToTheWriterFirst) {
     pthread_rwlock_t l = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
-    writer_unlock_order(&l, "wrr");
+    writer_unlock_order(&l, "rwr", "wrr");
 }
 
 // Semaphores: a green and a plain producer feed green and plain consumers,
@@ -319,6 +332,7 @@ TEST_P(Family, OnceRoutineThatParks) {
     Workers w(GetParam());
     static pthread_once_t onces[3] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
     pthread_once_t &o = onces[GetParam()]; // one per run
+    o = PTHREAD_ONCE_INIT;                 // again for each run of the test (--gtest_repeat)
     static std::atomic<int> runs{0};
     static std::atomic<int> ready{0};
     runs = 0;
@@ -350,6 +364,8 @@ TEST_P(Family, OnceRoutineThatParks) {
     }
     static once_flag flags[3] = {ONCE_FLAG_INIT, ONCE_FLAG_INIT, ONCE_FLAG_INIT};
     once_flag &f = flags[GetParam()];
+    once_flag fresh = ONCE_FLAG_INIT;
+    f = fresh;
     static std::atomic<int> c11{0};
     c11 = 0;
     w.many(10, [&](int) { call_once(&f, [] { usleep(1000); c11++; }); });

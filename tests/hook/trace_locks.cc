@@ -49,7 +49,8 @@ TEST(HookTrace, PthreadLockParksAreNamed) {
         static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
         static pthread_rwlock_t rw = PTHREAD_RWLOCK_INITIALIZER;
         static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-        static int turn = 0;
+        static int turn;
+        turn = 0; // again for each run of the test (--gtest_repeat)
         w.many(8, [&](int) {
             ASSERT_EQ(0, pthread_mutex_lock(&m));
             usleep(300);
