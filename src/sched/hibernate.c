@@ -635,9 +635,12 @@ static fern_thread *restore_near(fern_thread *t, const struct slot_ref *r, const
     if (how == R_AHEAD && n == 1)
         how = R_SELF; /* alone: nothing stays parked */
     restore(v, n, how);
-    if (how != R_SELF) {
-        /* The neighbours stay parked: the monitor hibernates them again
-         * later (after the back-off) if they are not woken first. */
+    /* The neighbours stay parked: the monitor hibernates them again later
+     * (after the back-off) if they are not woken first; a scan soon, then.
+     * Not for a broadcast's heirs (HN_HEIR): they run next, and are not
+     * hibernated meanwhile (a scan of every thread per batch of a million
+     * heirs would only compete with them for the CPUs). */
+    if (how == R_TOUCH || (how == R_AHEAD && !(LOAD_RELAXED(&t->hib_no) & HN_HEIR))) {
         STORE_RELAXED(&H.touched, 1);
         monitor_kick();
     }
