@@ -145,7 +145,6 @@ _Static_assert(HIB_LIVE_MAX < (1u << 24), "a block's live size must fit B_LIVE's
 #define B_OWNER(b) ((b)->frame[6])   /* the slab's owner entry of the slot */
 
 bool hib_on;
-fern_thread *hib_ahead_; /* see "restoring ahead" */
 
 __thread char *fern_hib_scratch_ __attribute__((tls_model("initial-exec"), used));
 /* hib_fault's last address that had nothing to restore, H.gen then, and
@@ -233,7 +232,6 @@ static long madvise_many(struct iovec *v, size_t n, int advice)
 void hib_init(void)
 {
     hib_on = false;
-    STORE(&hib_ahead_, NULL);
     H.mem_fd = -1;
     H.pkey = -1; /* before any return: hib_fini frees a key >= 0 */
     memset(&H.hibernated, 0, 5 * sizeof H.hibernated);
@@ -300,7 +298,6 @@ void hib_init(void)
 void hib_fini(void)
 {
     hib_on = false;
-    STORE(&hib_ahead_, NULL); /* the descriptors go with the runtime */
     STORE(&fern_slow.hib, 0);
     if (H.mem_fd >= 0)
         mem_close(H.mem_fd);
@@ -590,21 +587,18 @@ static void item_of(struct item *it, fern_thread *t)
 
 /* The caller (signals blocked) took t, in slot r, to H_RESTORING: restore
  * it and the neighbours in its slab that are hibernated parked on the
- * object t was parked on (`obj`, read before t could run), up to `max` in
- * all (at most HIB_TOUCH_BATCH): those on either side of it, up to the
- * first slot that holds no thread parked there. Threads that parked one
- * after the other on one object sit side by side, and are woken so too (a
- * broadcast walks them in order; a mutex hands itself to its heirs in
- * order), so one restore, a few system calls, serves all of them. Returns
- * the thread in the slot after the last one looked at above t if the
- * look stopped at `max` (where a restore ahead may go on), else NULL. */
-static fern_thread *restore_near(fern_thread *t, const struct slot_ref *r, const void *obj,
-                                 int how, unsigned max)
+ * object t was parked on (`obj`, read before t could run), up to
+ * HIB_TOUCH_BATCH in all: those on either side of it, up to the first slot
+ * that holds no thread parked there. Threads that parked one after the
+ * other on one object sit side by side, and are woken so too (a broadcast
+ * walks them in order; a mutex hands itself to its heirs in order), so one
+ * restore, a few system calls, serves all of them. */
+static void restore_near(fern_thread *t, const struct slot_ref *r, const void *obj, int how)
 {
     struct item v[HIB_TOUCH_BATCH];
     unsigned n = 0, below = 0;
     /* Below t first, nearest first, then put in address order. */
-    for (size_t j = r->index; j-- > 0 && n < max / 2;) {
+    for (size_t j = r->index; j-- > 0 && n < HIB_TOUCH_BATCH / 2;) {
         fern_thread *u = LOAD(&r->owners[j]);
         uint8_t h = H_DONE;
         if (!u || !obj || LOAD_RELAXED(&u->wait_obj) != obj)
@@ -619,16 +613,11 @@ static fern_thread *restore_near(fern_thread *t, const struct slot_ref *r, const
         v[below - 1 - i] = x;
     }
     item_of(&v[n++], t);
-    fern_thread *next = NULL;
-    for (size_t j = r->index + 1; j < r->nslots; j++) {
+    for (size_t j = r->index + 1; j < r->nslots && n < HIB_TOUCH_BATCH; j++) {
         fern_thread *u = LOAD(&r->owners[j]);
         uint8_t h = H_DONE;
         if (!u || !obj || LOAD_RELAXED(&u->wait_obj) != obj)
             break;
-        if (n == max) {
-            next = u;
-            break;
-        }
         if (LOAD(&u->hib) == H_DONE && CAS(&u->hib, &h, H_RESTORING))
             item_of(&v[n++], u);
     }
@@ -644,13 +633,12 @@ static fern_thread *restore_near(fern_thread *t, const struct slot_ref *r, const
         STORE_RELAXED(&H.touched, 1);
         monitor_kick();
     }
-    return next;
 }
 
 /* A touch found t hibernated and took it to H_RESTORING. */
 static void restore_touched(fern_thread *t, const struct slot_ref *r)
 {
-    (void)restore_near(t, r, LOAD_RELAXED(&t->wait_obj), R_TOUCH, HIB_TOUCH_BATCH);
+    restore_near(t, r, LOAD_RELAXED(&t->wait_obj), R_TOUCH);
 }
 
 bool hib_fault(const void *addr)
@@ -752,61 +740,6 @@ void *hib_real_sp(const fern_thread *t)
     return sp;
 }
 
-/* ---- restoring ahead ---- */
-
-/* The restore of a broadcast's heirs is split: the heir that resumes
- * hibernated restores itself and a few of those after it in its slab
- * (HIB_AHEAD_NOW; its resume is on the way of every heir after it, as
- * each gets the mutex from the one before), and leaves the thread in the
- * next slot in hib_ahead_; a worker with nothing to run takes it
- * (find_work calls hib_ahead_run) and restores it and up to
- * HIB_TOUCH_BATCH heirs after it at once, then goes on with the next slot
- * while it has nothing else to do. So on two workers one runs the heirs,
- * which mostly find their stacks back already, while the other restores
- * the stacks ahead of them. Only heirs (HN_HEIR): they are about to run,
- * each once the ones before it have. A hint nobody takes is harmless:
- * whoever resumes hibernated restores itself. */
-#define HIB_AHEAD_NOW HIB_TOUCH_BATCH
-
-static void hib_ahead_post(fern_thread *u)
-{
-    if (LOAD_RELAXED(&u->hib_no) & HN_HEIR)
-        STORE(&hib_ahead_, u);
-}
-
-bool hib_ahead_run(void)
-{
-    fern_thread *u = __atomic_exchange_n(&hib_ahead_, NULL, __ATOMIC_ACQUIRE);
-    if (!u)
-        return false;
-    /* Descriptors live until shutdown: u may have moved on since, then
-     * the tests or the CAS below fail (or, at worst, neighbours parked on
-     * an object u has left are restored early: a restore is always
-     * safe). */
-    const void *obj = LOAD_RELAXED(&u->wait_obj);
-    uint8_t h = H_DONE;
-    if (!obj || !(LOAD_RELAXED(&u->hib_no) & HN_HEIR) || LOAD(&u->hib) != H_DONE)
-        return true;
-    sigset_t old;
-    signals_block(&old);
-    fern_thread *next = NULL;
-    if (CAS(&u->hib, &h, H_RESTORING)) {
-        struct slot_ref r;
-        struct hib_block *b = (struct hib_block *)LOAD_RELAXED(&u->sp);
-        if (stack_slot_of((const void *)B_SP(b), &r)) {
-            next = restore_near(u, &r, obj, R_AHEAD, HIB_TOUCH_BATCH);
-        } else {
-            struct item it;
-            item_of(&it, u);
-            restore(&it, 1, R_AHEAD);
-        }
-    }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (next)
-        hib_ahead_post(next);
-    return true;
-}
-
 void *hib_resume(fern_thread *t, void *block)
 {
     /* The previous context's after-switch action first (it may hold a
@@ -837,15 +770,7 @@ void *hib_resume(fern_thread *t, void *block)
             if (CAS(&t->hib, &h, H_RESTORING)) {
                 struct slot_ref r;
                 if (stack_slot_of((const void *)B_SP(b), &r)) {
-                    /* -> RESIDENT, then NONE above. A broadcast's heir
-                     * restores a few of the heirs after it, and leaves
-                     * the rest to an idle worker (hib_ahead_run), which
-                     * restores them while the heirs before them run. */
-                    bool heir = LOAD_RELAXED(&t->hib_no) & HN_HEIR;
-                    fern_thread *next =
-                        restore_near(t, &r, obj, R_AHEAD, heir ? HIB_AHEAD_NOW : HIB_TOUCH_BATCH);
-                    if (heir && next)
-                        hib_ahead_post(next);
+                    restore_near(t, &r, obj, R_AHEAD); /* -> RESIDENT, then NONE above */
                 } else {
                     struct item it;
                     item_of(&it, t);

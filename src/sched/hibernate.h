@@ -103,13 +103,6 @@ void hib_worker_stop(void);
  * returns t's real saved stack pointer. */
 void *hib_resume(fern_thread *t, void *block);
 
-/* A broadcast's heir resuming hibernated leaves the restore of the heirs
- * after it to an idle worker (hibernate.c, "restoring ahead"): find_work
- * calls hib_ahead_run when it finds nothing to run and hib_ahead_ is set;
- * true if it did some work (look for threads again). */
-extern fern_thread *hib_ahead_;
-bool hib_ahead_run(void);
-
 void hib_stats(struct fern_stats *s);
 /* Shutdown destroys t, parked: free its hibernated stack's block, if any
  * (the workers and the monitor are stopped). */

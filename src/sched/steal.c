@@ -5,7 +5,6 @@
  * timers and the poller, spinning a while before sleeping (idle.c).
  */
 #include "sched/sched.h"
-#include "sched/hibernate.h"
 #include "sched/trace.h"
 #include "sched/switch.h"
 #include "base/probes.h"
@@ -318,8 +317,6 @@ fern_thread *find_work(struct worker *w)
         if (nw > 1 && (t = steal_some(w, c, nw)) != NULL)
             break;
         if (io_poll_nonblocking())
-            continue;
-        if (unlikely(LOAD_RELAXED(&hib_ahead_)) && hib_ahead_run())
             continue;
         int64_t now = fern_now_ns();
         if (spinning && now < spin_until && nw > 1) {

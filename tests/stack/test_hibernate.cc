@@ -397,8 +397,7 @@ TEST_F(Hibernate, WokenByDescriptor) {
 // heirs: sync/cond.c). Under hibernation a green thread's waiter record is
 // on the heap, so neither the broadcast's walk nor the mutex's hand-off to
 // each heir reads a parked stack: each stack is restored by its own resume
-// (with its hibernated neighbours, or ahead of it by an idle worker), never
-// through the fault handler.
+// (or with a hibernated neighbour's), never through the fault handler.
 TEST_F(Hibernate, WokenByBroadcastWithoutTouch) {
     const long n = tsan_capped(scaled(2000, 50), 500);
     fern_mutex mu = FERN_MUTEX_INIT;
