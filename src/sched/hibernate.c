@@ -512,12 +512,21 @@ static void put_back(int fd, const struct item *it)
         mem_write(fd, it->sp, it->b->data, live);
 }
 
+/* Who restores (restore's `how`). */
+enum {
+    R_SELF,  /* a thread resuming restores its own stack alone */
+    R_AHEAD, /* ... and those of its parked neighbours (restore_near) */
+    R_TOUCH, /* a touch: a fault or hib_touch */
+};
+
 /* Restore n stacks whose threads the caller moved to H_RESTORING, in
  * ascending address order. Nobody may see a page between the removal of
  * its guard and the return of its bytes (it would read zeros), so the
  * ranges are RUN_SHUT meanwhile (a touch faults and waits, as on the
- * guard) and only this thread puts the bytes in (put_back). */
-static void restore(struct item *v, unsigned n, bool touched)
+ * guard) and only this thread puts the bytes in (put_back). The caller
+ * has blocked signals (signals_block) before it took the first of them to
+ * H_RESTORING, and unblocks them after. */
+static void restore(struct item *v, unsigned n, int how)
 {
     struct iovec iov[HIB_TOUCH_BATCH];
     long want = 0;
@@ -525,12 +534,6 @@ static void restore(struct item *v, unsigned n, bool touched)
         iov[i] = live_pages(&v[i]);
         want += (long)iov[i].iov_len;
     }
-    /* No signal handler may run on this thread meanwhile: one that reads a
-     * stack being restored here (preemption's reads the running thread's,
-     * which is this one's while it restores itself, or while a switch to
-     * it restores it) would wait for this very restore. Faults stay open. */
-    sigset_t old;
-    signals_block(&old);
     int fd = H.pkey >= 0 ? -1 : mem_fd();
     if (!each_run(v, n, RUN_SHUT))
         die("fern: cannot protect a hibernated stack while it is restored (vm.max_map_count?); "
@@ -546,12 +549,13 @@ static void restore(struct item *v, unsigned n, bool touched)
     /* Recorded with signals still blocked. A touch's restore runs in the
      * fault handler, which may have interrupted a record into this
      * thread's buffer: it goes to the tracer's own table (atomics only). */
-    if (touched)
+    if (how == R_TOUCH)
         TRACE(trace_touch(n, v[0].t->id));
     else
         TRACE(trace_event(worker_self(), TR_RESTORE, n, v[0].t->id, 0));
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (touched) {
+    if (how != R_SELF) {
+        /* The stacks restored with a touched or resuming one stay parked:
+         * the back-off below keeps them resident for a while. */
         uint32_t at = HIB_TICKS(fern_now_ns());
         for (unsigned i = 0; i < n; i++) {
             struct hib_block *b = v[i].b;
@@ -566,7 +570,7 @@ static void restore(struct item *v, unsigned n, bool touched)
         STORE(&v[i].t->hib, H_RESIDENT);
     ADD_RELAXED(&H.hibernated, -(uint64_t)n);
     ADD_RELAXED(&H.restores, n);
-    if (touched)
+    if (how == R_TOUCH)
         ADD_RELAXED(&H.touches, n);
 }
 
@@ -581,26 +585,60 @@ static void item_of(struct item *it, fern_thread *t)
     it->owner = (fern_thread **)B_OWNER(b);
 }
 
-/* A touch found t hibernated and took it to H_RESTORING: restore it and
- * the neighbours in its slab that are hibernated on the same object. */
-static void restore_touched(fern_thread *t, const struct slot_ref *r)
+/* The caller (signals blocked) took t, in slot r, to H_RESTORING: restore
+ * it and the neighbours in its slab that are hibernated parked on the
+ * object t was parked on (`obj`, read before t could run), up to
+ * HIB_TOUCH_BATCH in all: those on either side of it, up to the first slot
+ * that holds no thread parked there. Threads that parked one after the
+ * other on one object sit side by side, and are woken so too (a broadcast
+ * walks them in order; a mutex hands itself to its heirs in order), so one
+ * restore, a few system calls, serves all of them. */
+static void restore_near(fern_thread *t, const struct slot_ref *r, const void *obj, int how)
 {
     struct item v[HIB_TOUCH_BATCH];
-    unsigned n = 0;
-    item_of(&v[n++], t);
-    const void *obj = LOAD_RELAXED(&t->wait_obj);
-    for (size_t j = r->index + 1; j < r->nslots && n < HIB_TOUCH_BATCH; j++) {
+    unsigned n = 0, below = 0;
+    /* Below t first, nearest first, then put in address order. */
+    for (size_t j = r->index; j-- > 0 && n < HIB_TOUCH_BATCH / 2;) {
         fern_thread *u = LOAD(&r->owners[j]);
         uint8_t h = H_DONE;
-        if (!u || LOAD_RELAXED(&u->wait_obj) != obj)
+        if (!u || !obj || LOAD_RELAXED(&u->wait_obj) != obj)
             break;
         if (LOAD(&u->hib) == H_DONE && CAS(&u->hib, &h, H_RESTORING))
             item_of(&v[n++], u);
     }
-    restore(v, n, true);
-    /* They stay parked: the monitor hibernates them again later. */
-    STORE_RELAXED(&H.touched, 1);
-    monitor_kick();
+    below = n;
+    for (unsigned i = 0; i < below / 2; i++) {
+        struct item x = v[i];
+        v[i] = v[below - 1 - i];
+        v[below - 1 - i] = x;
+    }
+    item_of(&v[n++], t);
+    for (size_t j = r->index + 1; j < r->nslots && n < HIB_TOUCH_BATCH; j++) {
+        fern_thread *u = LOAD(&r->owners[j]);
+        uint8_t h = H_DONE;
+        if (!u || !obj || LOAD_RELAXED(&u->wait_obj) != obj)
+            break;
+        if (LOAD(&u->hib) == H_DONE && CAS(&u->hib, &h, H_RESTORING))
+            item_of(&v[n++], u);
+    }
+    if (how == R_AHEAD && n == 1)
+        how = R_SELF; /* alone: nothing stays parked */
+    restore(v, n, how);
+    /* The neighbours stay parked: the monitor hibernates them again later
+     * (after the back-off) if they are not woken first; a scan soon, then.
+     * Not for a broadcast's heirs (HN_HEIR): they run next, and are not
+     * hibernated meanwhile (a scan of every thread per batch of a million
+     * heirs would only compete with them for the CPUs). */
+    if (how == R_TOUCH || (how == R_AHEAD && !(LOAD_RELAXED(&t->hib_no) & HN_HEIR))) {
+        STORE_RELAXED(&H.touched, 1);
+        monitor_kick();
+    }
+}
+
+/* A touch found t hibernated and took it to H_RESTORING. */
+static void restore_touched(fern_thread *t, const struct slot_ref *r)
+{
+    restore_near(t, r, LOAD_RELAXED(&t->wait_obj), R_TOUCH);
 }
 
 bool hib_fault(const void *addr)
@@ -708,31 +746,42 @@ void *hib_resume(fern_thread *t, void *block)
      * queue lock until then, and restoring takes system calls). */
     sched_after_switch();
     struct hib_block *b = block;
-    struct item it;
     unsigned spins = 0;
-    /* t runs, with its stack hibernated: no signal handler until it is
-     * back (signals_block). */
-    sigset_t old;
-    signals_block(&old);
+    /* t was woken while parked on wait_obj (cleared by t itself once it
+     * returns from its wait, so it still names the object): the parked
+     * neighbours restore_near restores with t are those that parked on it
+     * too, likely woken next (a broadcast's heirs). */
+    const void *obj = LOAD_RELAXED(&t->wait_obj);
     for (;;) {
         uint8_t h = LOAD(&t->hib);
         if (h == H_RESIDENT || h == H_RESIDENT_SEEN) {
-            /* A CAS: the monitor may have taken it to BUSY from a stale
-             * look (it lets go once it sees the thread run). */
+            /* Restored already (by a toucher, or with a neighbour): no
+             * system call. A CAS: the monitor may have taken it to BUSY
+             * from a stale look (it lets go once it sees the thread run). */
             if (CAS(&t->hib, &h, H_NONE))
                 break;
             continue;
         }
         if (h == H_DONE) {
+            /* t runs with its stack hibernated: no signal handler from the
+             * CAS until it is back (signals_block). */
+            sigset_t old;
+            signals_block(&old);
             if (CAS(&t->hib, &h, H_RESTORING)) {
-                item_of(&it, t);
-                restore(&it, 1, false); /* -> RESIDENT, then NONE above */
+                struct slot_ref r;
+                if (stack_slot_of((const void *)B_SP(b), &r)) {
+                    restore_near(t, &r, obj, R_AHEAD); /* -> RESIDENT, then NONE above */
+                } else {
+                    struct item it;
+                    item_of(&it, t);
+                    restore(&it, 1, R_SELF);
+                }
             }
+            pthread_sigmask(SIG_SETMASK, &old, NULL);
             continue;
         }
         wait_a_bit(&spins); /* a toucher restores it, or the monitor lets go */
     }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
     void *sp = (void *)B_SP(b);
     size_t bytes = sizeof *b + (size_t)B_LIVE(b);
     STORE((fern_thread **)B_OWNER(b), NULL);
@@ -836,8 +885,9 @@ void hib_scan_flush(void)
     for (unsigned i = 0; i < n; i++) {
         fern_thread *t = H.batch[i];
         if (H.was[i]) {
-            /* Its stack is resident and the block still holds its frame. */
-            if (LOAD(&t->run_state) != T_PARKED) {
+            /* Its stack is resident and the block still holds its frame.
+             * An heir now (HN_HEIR, set since the scan): it runs soon. */
+            if (LOAD(&t->run_state) != T_PARKED || LOAD_RELAXED(&t->hib_no)) {
                 hib_release(t, H_RESIDENT);
                 continue;
             }

@@ -46,6 +46,9 @@ enum {
                     * made for it (fern_blocking's job record and buffers) */
     HN_UNFIT = 4,  /* its stack cannot be hibernated (no guard markers, or
                     * too deep); set by the monitor, cleared at spawn */
+    HN_HEIR = 8,   /* a condition broadcast queued it on its mutex as an heir
+                    * (sync/cond.c): it runs soon, once the heirs before it
+                    * have; set by the broadcaster, cleared by the thread */
 };
 /* Bits are set and cleared with atomic or/and: the thread and the monitor
  * both write hib_no. */

@@ -27,6 +27,7 @@
  * mutex's (mutex.c).
  */
 #include "sync/mutex.h"
+#include "sched/hibernate.h"
 
 int fern_cond_init(fern_cond *c)
 {
@@ -84,59 +85,86 @@ static inline void cond_left(fern_cond *c, const struct waiter *wt)
     c->timed_ -= wt->p->solo != SOLO_LOCKED;
 }
 
+/* The thread is no broadcast's heir any more (HN_HEIR: cond_mark_heir). */
+static inline void cond_heir_done(fern_thread *t)
+{
+    if (unlikely(LOAD_RELAXED(&t->hib_no) & HN_HEIR))
+        __atomic_fetch_and(&t->hib_no, (uint8_t)~HN_HEIR, __ATOMIC_RELAXED);
+}
+
 /* fern_cond_timedwait after its argument checks, for the caller me, whose
- * green thread is t (NULL for a plain thread). Inlined twice: for the
- * common wait, a green thread's without a deadline, with both known (no
- * test of t or of the deadline is left in it), and for the others. */
+ * green thread is t (NULL for a plain thread). Inlined three times: for
+ * the common wait, a green thread's without a deadline and without
+ * hibernation, with all known (no test of t, of the deadline or of `heap`
+ * is left in it), for the others, and for a green thread's under
+ * hibernation, whose waiter record is `hw`, on the heap (`heap` true; it
+ * is freed here), not on its stack: a broadcast reads every waiter and a
+ * mutex's hand-off each heir's, and a read of a hibernated stack faults
+ * and restores it in the reader, serially. With the record off the stack
+ * nobody but the thread touches its stack, which its own resume restores
+ * (hib_resume, in batches with its parked neighbours). fern__io_park keeps
+ * its records off the stack so too (io/iohook.c). */
 static inline __attribute__((always_inline)) int cond_wait(fern_cond *c, fern_mutex *m,
                                                            int64_t deadline_ns, struct caller me,
-                                                           fern_thread *t)
+                                                           fern_thread *t, bool heap,
+                                                           struct waiter *hw)
 {
     void *self = token_of(t); /* the same after the park */
     bool pc, pm;
     bias_enter2(&c->bias_, &pc, &m->bias_, &pm, &me);
     if (LOAD_RELAXED(&m->owner_) != self) {
         bias_end(&me);
+        if (heap)
+            free(hw);
         return EPERM;
     }
+    struct waiter local, *wt = heap ? hw : &local;
     qlock(pc, &c->lock_);
     /* Unlock m only once queued (under c's lock): a signal after the
      * unlock must find us. m's lock and c's lock are never nested the
      * other way round. */
-    struct waiter wt;
-    if (unlikely(!waiter_init_cancellable(&wt, t))) {
+    if (unlikely(!waiter_init_cancellable(wt, t))) {
         /* Cancelled: m was never released. */
         qunlock(pc, &c->lock_);
         bias_end(&me);
+        if (heap)
+            free(wt);
         return ECANCELED;
     }
-    wt.token = self;
-    wt.data = m; /* a broadcast may move us onto m's queue */
+    wt->token = self;
+    wt->data = m; /* a broadcast may move us onto m's queue */
     /* A cancellable waiter (SOLO_CAS when untimed, wait.h) is counted as
      * timed: it may leave c's queue by itself too. */
-    cond_push(c, &wt, m, deadline_ns != FERN_FOREVER || wt.p != &wt.own);
+    cond_push(c, wt, m, deadline_ns != FERN_FOREVER || wt->p != &wt->own);
     /* Count ourselves in m until we hold it again (the destroy rule). */
     users_add(pm, m, 1, true);
     mutex_release_owned(m, pm, self);
     wait_note_t(t, "cond", c);
     /* Ends the operation. */
-    int st = waiter_wait_as(&wt, t, pc ? NULL : &c->lock_, deadline_ns);
+    int st = waiter_wait_as(wt, t, pc ? NULL : &c->lock_, deadline_ns);
     wait_note_t(t, NULL, NULL);
+    if (heap)
+        cond_heir_done(t);
     /* W_WOKEN, W_TIMEDOUT or W_CANCELED: one compare for the last two. */
     _Static_assert(W_TIMEDOUT > W_WOKEN && W_CANCELED > W_WOKEN, "the wait's failures");
     if (unlikely(st > W_WOKEN)) {
         caller_get(&me);
         pc = bias_enter(&c->bias_, &me);
         qlock(pc, &c->lock_);
-        waitq_unlink(&wt);
-        cond_left(c, &wt);
+        waitq_unlink(wt);
+        cond_left(c, wt);
         qunlock(pc, &c->lock_);
         bias_end(&me);
+        if (heap)
+            free(wt);
         /* Not a cancellation point: a cancelled waiter takes m back first. */
         mutex_lock(m, FERN_FOREVER, true);
         return st == W_TIMEDOUT ? ETIMEDOUT : ECANCELED;
     }
-    if (unlikely(wt.p->result == 1)) {
+    bool handed = wt->p->result == 1;
+    if (heap)
+        free(wt);
+    if (unlikely(handed)) {
         /* Moved to m by a broadcast and handed m: we own it. */
         caller_get(&me);
         pm = bias_enter(&m->bias_, &me);
@@ -148,10 +176,32 @@ static inline __attribute__((always_inline)) int cond_wait(fern_cond *c, fern_mu
     return 0;
 }
 
+static __attribute__((noinline)) int cond_wait_stack(fern_cond *c, fern_mutex *m,
+                                                     int64_t deadline_ns, struct caller me)
+{
+    return cond_wait(c, m, deadline_ns, me, caller_thread(&me), false, NULL);
+}
+
+/* A green thread's wait under hibernation: its record on the heap. If the
+ * allocation fails the record goes on the stack as usual (a touch
+ * restores it). */
+static __attribute__((noinline)) int cond_wait_heap(fern_cond *c, fern_mutex *m,
+                                                    int64_t deadline_ns, struct caller me)
+{
+    struct waiter *hw = malloc(sizeof *hw);
+    if (unlikely(!hw))
+        return cond_wait_stack(c, m, deadline_ns, me);
+    return cond_wait(c, m, deadline_ns, me, caller_thread(&me), true, hw);
+}
+
+/* The waits but the common one, each by a tail call, so that a hibernated
+ * stack holds one frame of cond_wait's. */
 static __attribute__((noinline)) int cond_wait_other(fern_cond *c, fern_mutex *m,
                                                      int64_t deadline_ns, struct caller me)
 {
-    return cond_wait(c, m, deadline_ns, me, caller_thread(&me));
+    if (caller_thread(&me) && LOAD_RELAXED(&hib_on))
+        return cond_wait_heap(c, m, deadline_ns, me);
+    return cond_wait_stack(c, m, deadline_ns, me);
 }
 
 int fern_cond_timedwait(fern_cond *c, fern_mutex *m, int64_t deadline_ns)
@@ -161,8 +211,8 @@ int fern_cond_timedwait(fern_cond *c, fern_mutex *m, int64_t deadline_ns)
     struct caller me;
     caller_get(&me);
     fern_thread *t = caller_thread(&me);
-    if (likely(t != NULL) && deadline_ns == FERN_FOREVER)
-        return cond_wait(c, m, FERN_FOREVER, me, t);
+    if (likely(t != NULL) && deadline_ns == FERN_FOREVER && likely(!LOAD_RELAXED(&hib_on)))
+        return cond_wait(c, m, FERN_FOREVER, me, t, false, NULL);
     return cond_wait_other(c, m, deadline_ns, me);
 }
 
@@ -234,6 +284,19 @@ static inline void broadcast_prefetch(uintptr_t wt, uintptr_t last, uint32_t i)
     }
 }
 
+/* Under c's lock, with hibernation on: wt's thread is about to be queued
+ * on its mutex as an heir, to run once the heirs before it have (a million
+ * of them drain over seconds). The monitor leaves it alone meanwhile
+ * (HN_HEIR; the thread clears it when its wait returns): hibernated behind
+ * the broadcast, it would be restored again at its hand-off. A thread
+ * hibernated already stays so, to be restored by its own resume. */
+static inline void cond_mark_heir(const struct waiter *wt)
+{
+    fern_thread *t = wt->p->thread;
+    if (t)
+        __atomic_fetch_or(&t->hib_no, HN_HEIR, __ATOMIC_RELAXED);
+}
+
 /* Under c's lock, with m's nested: move c's whole queue, every waiter of
  * which is solo and uses m, onto the tail of m's as heirs, without touching
  * a waiter but the first. Each keeps its q field naming c's queue: that tags
@@ -244,6 +307,11 @@ static inline void broadcast_prefetch(uintptr_t wt, uintptr_t last, uint32_t i)
 static void cond_splice(fern_cond *c, fern_mutex *m)
 {
     struct waiter *first = c->waiters_.head, *tail = m->waiters_.tail;
+    /* Under hibernation the walk the splice spares is made after all, to
+     * mark the heirs (their records are on the heap then: cond_wait). */
+    if (LOAD_RELAXED(&hib_on))
+        for (const struct waiter *wt = first; wt; wt = wt->next)
+            cond_mark_heir(wt);
     first->prev = tail;
     if (tail)
         tail->next = first;
@@ -267,6 +335,7 @@ static struct waiter *cond_walk_heirs(fern_cond *c, void *self, uint32_t tag, fe
     struct waiter *rest = NULL, **rt = &rest, *wt;
     uint32_t nheirs = 0, nseen = 0;
     uintptr_t last = 0;
+    bool hib = LOAD_RELAXED(&hib_on);
     while ((wt = waitq_claim_one(&c->waiters_)) != NULL) {
         cond_left(c, wt);
         broadcast_prefetch((uintptr_t)wt, last, nseen++);
@@ -282,6 +351,8 @@ static struct waiter *cond_walk_heirs(fern_cond *c, void *self, uint32_t tag, fe
             }
         }
         if (wm == m) {
+            if (hib)
+                cond_mark_heir(wt);
             wt->heir = 1;
             waitq_push(&m->waiters_, wt);
             nheirs++;

@@ -392,6 +392,100 @@ TEST_F(Hibernate, WokenByDescriptor) {
     }
 }
 
+// Threads parked on a condition variable, hibernated, then woken by a
+// broadcast from a green thread that holds the mutex (they become its
+// heirs: sync/cond.c). Under hibernation a green thread's waiter record is
+// on the heap, so neither the broadcast's walk nor the mutex's hand-off to
+// each heir reads a parked stack: each stack is restored by its own resume
+// (or with a hibernated neighbour's), never through the fault handler.
+TEST_F(Hibernate, WokenByBroadcastWithoutTouch) {
+    const long n = tsan_capped(scaled(2000, 50), 500);
+    fern_mutex mu = FERN_MUTEX_INIT;
+    fern_cond cv = FERN_COND_INIT;
+    bool go = false;
+    std::atomic<long> good{0};
+    std::vector<fern_thread *> ts((size_t)n);
+    for (long i = 0; i < n; i++)
+        ASSERT_EQ(0, spawn(&ts[(size_t)i], nullptr, [&, i] {
+                      volatile Mark m(i);
+                      fern_mutex_lock(&mu);
+                      while (!go) fern_cond_wait(&cv, &mu);
+                      fern_mutex_unlock(&mu);
+                      if (const_cast<Mark &>(m).ok(i)) good++;
+                  }));
+    // All n hibernated at once: all parked in the wait (a thread that
+    // holds the mutex runs).
+    ASSERT_TRUE(wait_hibernated((uint64_t)n));
+    uint64_t touches0 = stats().hibernate_touches, restores0 = stats().hibernate_restores;
+    ASSERT_EQ(0, run_green([&] {
+        fern_mutex_lock(&mu);
+        go = true;
+        fern_cond_broadcast(&cv);
+        fern_mutex_unlock(&mu);
+    }));
+    for (auto *t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
+    EXPECT_EQ(n, good.load());
+    EXPECT_GE(stats().hibernate_restores - restores0, (uint64_t)n);
+    // (Under AddressSanitizer the stacks are touched before they resume,
+    // as in TracedBatchesAndRestores.)
+    if (!kAsan) {
+        EXPECT_EQ(touches0, stats().hibernate_touches);
+    }
+}
+
+// A broadcast's heirs wait for the mutex its caller holds, then for each
+// other (a million take seconds to drain). Meanwhile the monitor leaves
+// them alone (HN_HEIR, sync/cond.c): hibernated there, each would be
+// restored again at its hand-off a moment later. Here the broadcaster
+// holds the mutex for three hibernation delays: no heir is hibernated.
+TEST_F(Hibernate, BroadcastHeirsNotHibernatedWhileQueued) {
+    const long delay_us = 100000;
+    if (!start_hibernating(delay_us)) GTEST_SKIP() << "no stack hibernation on this kernel";
+    const long n = tsan_capped(scaled(500, 50), 200);
+    fern_mutex mu = FERN_MUTEX_INIT;
+    fern_cond cv = FERN_COND_INIT;
+    bool go = false;
+    long waiting = 0;
+    std::atomic<long> good{0};
+    std::vector<fern_thread *> ts((size_t)n);
+    for (long i = 0; i < n; i++)
+        ASSERT_EQ(0, spawn(&ts[(size_t)i], nullptr, [&, i] {
+                      volatile Mark m(i);
+                      fern_mutex_lock(&mu);
+                      waiting++;
+                      while (!go) fern_cond_wait(&cv, &mu);
+                      fern_mutex_unlock(&mu);
+                      if (const_cast<Mark &>(m).ok(i)) good++;
+                  }));
+    uint64_t during = 0;
+    // The broadcaster sleeps too, holding the mutex: it opts out itself.
+    fern_attr keep{};
+    keep.no_hibernate = true;
+    fern_thread *b;
+    ASSERT_EQ(0, spawn(&b, &keep, [&] {
+        fern_mutex_lock(&mu);
+        // Each counted itself under mu, then released it in its wait: all
+        // n wait on cv once the count is n and we hold mu.
+        while (waiting < n) {
+            fern_mutex_unlock(&mu);
+            fern_sleep_ns(ms(1));
+            fern_mutex_lock(&mu);
+        }
+        go = true;
+        fern_cond_broadcast(&cv);
+        // A batch the monitor had under way at the broadcast ends first.
+        fern_sleep_ns(ms(50));
+        uint64_t h0 = stats().hibernations;
+        fern_sleep_ns(3 * delay_us * 1000);
+        during = stats().hibernations - h0;
+        fern_mutex_unlock(&mu);
+    }));
+    ASSERT_EQ(0, fern_join(b, nullptr));
+    for (auto *t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
+    EXPECT_EQ(n, good.load());
+    EXPECT_EQ(0u, during) << "heirs hibernated while queued on the mutex";
+}
+
 TEST_F(Hibernate, OptOutNeverHibernated) {
     World w;
     w.slots.assign(2, nullptr);
