@@ -118,16 +118,23 @@ static int64_t switch_age(struct worker *w, struct worker *v, int64_t now)
 /* How long worker v has neither switched nor queued a thread on its ring,
  * as far as idle worker w has watched it (as switch_age): for the steal
  * back-off's STEAL_STALL_NS. Queued threads include wake-ups, which are
- * not fresh and not backed off from anyway. */
+ * not fresh and not backed off from anyway. A tail that moved since w's
+ * last look moved at most that long ago, and is dated then: a thief that
+ * keeps looking sees a spawner at work, one that was away (asleep, or off
+ * its CPU) for STEAL_STALL_NS cannot tell and judges by switches alone, as
+ * it did before (dating the move at its return made a thief that the
+ * kernel kept off its CPU wait 100 us more for threads queued behind a
+ * computation, and miss a 3 ms one: TinyThreadsBehindALongOneAreStolen). */
 static int64_t stall_age(struct worker *w, struct worker *v, int64_t now)
 {
     int64_t sw = switch_age(w, v, now);
     unsigned i = v->index % WATCH_MAX;
     uint32_t tail = LOAD_RELAXED(&v->rq_tail);
-    if (tail != w->watch.tail[i] || !w->watch.tail_at[i]) {
+    int64_t last = w->watch.look[i];
+    w->watch.look[i] = now;
+    if (tail != w->watch.tail[i] || !last) {
         w->watch.tail[i] = tail;
-        w->watch.tail_at[i] = now;
-        return 0;
+        w->watch.tail_at[i] = last ? last : now;
     }
     int64_t q = now - w->watch.tail_at[i];
     return q < sw ? q : sw;

@@ -31,6 +31,7 @@ struct worker_watch {
     uint32_t ho[WATCH_MAX];     /* and its n_handoffs (handoffs_moved) */
     uint32_t tail[WATCH_MAX];
     int64_t tail_at[WATCH_MAX];
+    int64_t look[WATCH_MAX];    /* when it last looked at that tail */
 };
 
 bool any_next(struct worker *w);
