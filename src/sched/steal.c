@@ -80,8 +80,20 @@ bool any_next(struct worker *w)
  * ms). Once the back-off ends, half a ring is taken again. Threads that
  * have run before (woken, preempted) are stolen as ever, and so are fresh
  * ones queued on a worker that has run one thread for STEAL_STALL_NS
- * (steal_some). Parallel work of 500 ns per thread or more is spread as
- * before (a stolen thread of that length measures ~800 ns). */
+ * without queueing another meanwhile (steal_some, stall_age). Parallel
+ * work of 500 ns per thread or more is spread as before (a stolen thread of
+ * that length measures ~800 ns).
+ *
+ * A worker whose thread keeps spawning does not switch either, but it is
+ * not stuck: the threads it queues are for it to run in a moment. Judged
+ * by switches alone, a spawner that the kernel kept off its CPU for a
+ * millisecond in the middle of a batch (a loaded machine) looked stuck
+ * from then on, and once it ran again the thief took nearly each new
+ * thread as it was queued: 100-500 steals in such a batch of 1,000 trivial
+ * threads (85-175 in most batches of Sched.TinyThreadsStayWithTheirSpawner
+ * once, on a 2-core machine running another test beside it). A stall that
+ * the ring's tail shows too costs 15-60 (the halves of what waited, then
+ * the back-off again). */
 #define STEAL_SHORT_NS 600
 #define STEAL_WAIT_MIN 1000
 #define STEAL_WAIT_MAX 128000
@@ -101,6 +113,31 @@ static int64_t switch_age(struct worker *w, struct worker *v, int64_t now)
         return 0;
     }
     return now - w->watch.at[i];
+}
+
+/* How long worker v has neither switched nor queued a thread on its ring,
+ * as far as idle worker w has watched it (as switch_age): for the steal
+ * back-off's STEAL_STALL_NS. Queued threads include wake-ups, which are
+ * not fresh and not backed off from anyway. A tail that moved since w's
+ * last look moved at most that long ago, and is dated then: a thief that
+ * keeps looking sees a spawner at work, one that was away (asleep, or off
+ * its CPU) for STEAL_STALL_NS cannot tell and judges by switches alone, as
+ * it did before (dating the move at its return made a thief that the
+ * kernel kept off its CPU wait 100 us more for threads queued behind a
+ * computation, and miss a 3 ms one: TinyThreadsBehindALongOneAreStolen). */
+static int64_t stall_age(struct worker *w, struct worker *v, int64_t now)
+{
+    int64_t sw = switch_age(w, v, now);
+    unsigned i = v->index % WATCH_MAX;
+    uint32_t tail = LOAD_RELAXED(&v->rq_tail);
+    int64_t last = w->watch.look[i];
+    w->watch.look[i] = now;
+    if (tail != w->watch.tail[i] || !last) {
+        w->watch.tail[i] = tail;
+        w->watch.tail_at[i] = last ? last : now;
+    }
+    int64_t q = now - w->watch.tail_at[i];
+    return q < sw ? q : sw;
 }
 
 /* The thread at the head of v's ring has never run. A hint: the slot and the
@@ -172,7 +209,8 @@ static void steal_judge(struct worker *w)
 
 /* Steal from the other workers of w's cluster, the back-off applied: while
  * backed off, at most one never-run thread per steal.wait since the last
- * steal, unless its worker has been running one thread for STEAL_STALL_NS.
+ * steal, unless its worker has been running one thread for STEAL_STALL_NS
+ * and queued none meanwhile (stall_age).
  * Then what waits behind that thread is taken as usual (half the ring),
  * however short: the back-off is for a spawner that will run its threads
  * itself in a moment, not for threads stuck behind a long computation. */
@@ -183,7 +221,7 @@ static fern_thread *steal_some(struct worker *w, struct fern_cluster *c, unsigne
     for (unsigned i = 1; i < nw && !t; i++) {
         struct worker *v = c->workers[(w->index + i) % nw];
         uint32_t max = RUNQ_SIZE, got = 0;
-        if (w->steal.wait && steal_head_fresh(v) && switch_age(w, v, now) < STEAL_STALL_NS) {
+        if (w->steal.wait && steal_head_fresh(v) && stall_age(w, v, now) < STEAL_STALL_NS) {
             if (now < w->steal.at + w->steal.wait)
                 continue;
             max = 1;

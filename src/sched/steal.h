@@ -23,11 +23,15 @@ struct worker_steal {
 
 /* struct worker's part for what this worker, idle, last saw of worker i
  * (index % WATCH_MAX): its n_switches, and when it first saw that count
- * (steal.c: switch_age). */
+ * (steal.c: switch_age); its ring's tail, and when it first saw that
+ * (stall_age). */
 struct worker_watch {
     uint64_t sw[WATCH_MAX];
     int64_t at[WATCH_MAX];
     uint32_t ho[WATCH_MAX];     /* and its n_handoffs (handoffs_moved) */
+    uint32_t tail[WATCH_MAX];
+    int64_t tail_at[WATCH_MAX];
+    int64_t look[WATCH_MAX];    /* when it last looked at that tail */
 };
 
 bool any_next(struct worker *w);

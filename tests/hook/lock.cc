@@ -188,13 +188,13 @@ TEST(HookMutex, TrylockTimedlockClocklock) {
     fern_thread *t = w.spawn([&] {
         while (!held) usleep(1000);
         EXPECT_EQ(pthread_mutex_trylock(&m), EBUSY);
+        int64_t t0 = fern_now_ns(); // the deadline's clock, read first
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         ts.tv_nsec += 10000000;
         if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
-        int64_t t0 = fern_now_ns();
         EXPECT_EQ(pthread_mutex_clocklock(&m, CLOCK_MONOTONIC, &ts), ETIMEDOUT);
-        EXPECT_GE(fern_now_ns() - t0, ms(9));
+        EXPECT_GE(fern_now_ns() - t0, ms(10));
         struct timespec bad = {0, 1000000000};
         EXPECT_EQ(pthread_mutex_timedlock(&m, &bad), EINVAL);
         EXPECT_EQ(pthread_mutex_clocklock(&m, CLOCK_PROCESS_CPUTIME_ID, &ts), EINVAL);
@@ -344,12 +344,14 @@ TEST(HookCond, TimedwaitClocksAndBroadcast) {
         ASSERT_EQ(pthread_cond_init(&c, &a), 0);
         pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
         w.many(10, [&](int) {
+            // t0 before the deadline is read (and before the lock, which ten
+            // threads contend for); 19 ms, not 20: clk may be CLOCK_REALTIME.
+            int64_t t0 = fern_now_ns();
             struct timespec ts;
             clock_gettime(clk, &ts);
             ts.tv_nsec += 20000000;
             if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
             pthread_mutex_lock(&m);
-            int64_t t0 = fern_now_ns();
             EXPECT_EQ(pthread_cond_timedwait(&c, &m, &ts), ETIMEDOUT);
             EXPECT_GE(fern_now_ns() - t0, ms(19));
             struct timespec bad = {0, -1};

@@ -179,24 +179,37 @@ TEST(Ticker, EachTickToOneTaker) {
 }
 
 // Reset while a select waits on the ticker: the select sees the new, much
-// earlier tick (it would sleep 1000 s on the old one). Stop while a select
-// waits: no tick fires; the select leaves through its other case.
+// earlier tick (it would sleep 1000 s on the old one), and not before the
+// reset's time plus the new period. Stop while a select waits: no tick
+// fires; the select leaves through its other case.
+//
+// The resetter notes the time just before its reset (the reset reads the
+// clock after that, so the tick is due at least 5 ms later), and t0 is
+// read before the resetter is spawned: it may start at once on the other
+// worker, and under qemu-user it started its 20 ms sleep up to 42 ms
+// before a t0 read after the spawn (the spawn took 30-56 ms there), so
+// that a correct tick came "before t0 + 25 ms" (24.5 ms once on CI).
 TEST(Ticker, ResetAndStopWhileSelected) {
     ASSERT_EQ(0, run_green([&] {
         fern_ticker *tk = nullptr;
         ASSERT_EQ(0, fern_ticker_create(&tk, ms(1000000)));
         fern_thread *r = nullptr;
+        std::atomic<int64_t> reset_at{0};
+        int64_t t0 = fern_now_ns();
         ASSERT_EQ(0, spawn(&r, nullptr, [&] {
             fern_sleep_ns(ms(20));
+            reset_at = fern_now_ns();
             EXPECT_EQ(0, fern_ticker_reset(tk, ms(5)));
         }));
         uint64_t k = 0;
         fern_select_case c = tick_case(tk, &k);
-        int64_t t0 = fern_now_ns();
-        EXPECT_EQ(0, fern_select(&c, 1, t0 + ms(30000)));
+        EXPECT_EQ(0, fern_select(&c, 1, fern_now_ns() + ms(30000)));
+        int64_t ticked = fern_now_ns();
         EXPECT_GE(k, 1u); // more if the select ran late (a loaded machine)
-        EXPECT_GE(fern_now_ns() - t0, ms(25)) << "ticked before reset + period";
-        EXPECT_LT(fern_now_ns() - t0, ms(10000));
+        ASSERT_NE(0, reset_at.load()) << "ticked before the reset";
+        EXPECT_GE(ticked - reset_at.load(), ms(5)) << "ticked before reset + period";
+        EXPECT_GE(ticked - t0, ms(25)) << "ticked before reset + period";
+        EXPECT_LT(ticked - t0, ms(10000));
         ASSERT_EQ(0, fern_join(r, nullptr));
 
         // Stop while selected, with a channel beside it.
