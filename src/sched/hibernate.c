@@ -257,10 +257,17 @@ const char *hibernate_unsupported(void)
 __attribute__((no_sanitize_address, no_sanitize_thread, noinline)) static void
 copy_words(void *dst, const void *src, size_t n)
 {
+#if defined(__x86_64__)
+    /* One string move: a tenth of the monitor's time went to the loop
+     * below at a million threads. Not instrumented either. */
+    size_t words = n / 8;
+    __asm__ volatile("rep movsq" : "+D"(dst), "+S"(src), "+c"(words) : : "memory");
+#else
     volatile uint64_t *d = dst;
     const volatile uint64_t *s = src;
     for (size_t i = 0; i < n / 8; i++)
         d[i] = s[i];
+#endif
 }
 
 static void wait_a_bit(unsigned *spins) { spin_backoff(spins); } /* signal-safe */

@@ -280,8 +280,11 @@ TEST_F(Hibernate, SealedRunsGiveTheirPageTablesBack) {
     ASSERT_TRUE(wait_hibernated((uint64_t)n)) << stats().hibernated << " of " << n;
     // Guard markers keep a page-table page per 2 MiB: 15.5 default stacks,
     // 264 bytes each. Sealed runs leave the pages at their ends only.
+    // (Under AddressSanitizer, VmPTE also holds the shadow of every stack
+    // and heap block: only the touches and the wake-up below are checked.)
     long grown = vm_pte_kib() - pte0;
-    EXPECT_LT(grown * 1024 / n, 100) << grown << " KiB of page tables for " << n << " threads";
+    if (!kAsan)
+        EXPECT_LT(grown * 1024 / n, 100) << grown << " KiB of page tables for " << n << " threads";
     // Touches through pointers unseal the runs and restore the stacks,
     // from the middle of a run first.
     EXPECT_EQ(0, touch_range(&w, n / 2, n));
