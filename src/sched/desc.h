@@ -68,7 +68,7 @@ struct fern_thread {
                                  * preempted until it next leaves the CPU
                                  * (rescue_worker, watch/preempt.c) */
             uint8_t creq;       /* fern_cancel was called: sticky (sync/wait.h) */
-            uint8_t spare_;
+            uint8_t hib_at;     /* when the monitor saw it parked (hibernate.c) */
             uint8_t hib;        /* hibernation state, H_* (sched/hibernate.h) */
             uint8_t hib_no;     /* why it must not hibernate, HN_* bits */
             uint8_t run_state;  /* enum tstate, relaxed, for fern_dump */

@@ -142,6 +142,15 @@ _Static_assert(HIB_LIVE_MAX < (1u << 24), "a block's live size must fit B_LIVE's
  * restored twice. A stack touched again and again stays out longer each
  * time; a thread that runs forgets it (its block is freed). */
 #define HIB_TOUCH_BACKOFF_MAX 4u
+/* When the monitor first saw a parked thread (fern_thread.hib_at), in
+ * units of delay / HIB_AT_UNITS (mod 256): a thread is hibernated at the
+ * first scan that finds it parked for the delay since, instead of at the
+ * first scan that starts a delay after the one that saw it ended (which
+ * took two scans' time more: a scan of a million threads takes a while).
+ * Below HIB_AT_MIN_DELAY (a unit under 1 ms, where a tick's work would be
+ * more than a unit) the second scan's look is enough, as it always was. */
+#define HIB_AT_UNITS 64u
+#define HIB_AT_MIN_DELAY ((int64_t)64 * 1000000)
 #define B_OWNER(b) ((b)->frame[6])   /* the slab's owner entry of the slot */
 
 bool hib_on;
@@ -159,7 +168,39 @@ struct item {
     char *lo, *top, *sp;
     fern_thread **owner;
     bool resident;              /* re-hibernated: b was its block already */
+    bool sealed;                /* its run is sealed (below), not guarded */
+    bool ok;                    /* hibernated by this batch */
 };
+
+/* Sealed runs. A run of adjacent hibernated slots that covers at least one
+ * whole 2 MiB-aligned block of address space (HIB_PMD: what one page-table
+ * page maps) is not given guard markers: it stays shut (RUN_SHUT) after
+ * its copy, its slots' own guard markers are removed and its pages freed,
+ * so every page-table entry of those blocks is empty and the kernel frees
+ * their page-table pages (CONFIG_PT_RECLAIM, Linux 6.14+; elsewhere the
+ * pages stay, as with markers). A touch faults on the shut range as on a
+ * marker. Before any stack of a sealed run is restored, the whole run is
+ * unsealed: its slots' guards and every stack's live-page markers go in
+ * (the form a run that was not sealed has), and it is opened again; only
+ * then does the restore proceed as for any hibernated stack. A sealed run
+ * is a mapping of its own (two more in the slab), so there are at most
+ * HIB_SEAL_MAX of them; beyond that, runs get markers. A slot of a sealed
+ * run has OWN_SEALED set in its owner entry (descriptors are 64-byte
+ * aligned), under H.seal_lock. */
+#define HIB_PMD ((uintptr_t)2 << 20)
+#define HIB_SEAL_MAX 4096u
+#define OWN_SEALED ((uintptr_t)1)
+struct seal {
+    char *lo, *hi;              /* the run's range (NULL: a free entry) */
+    fern_thread **own;          /* the owner entry of its first slot */
+    size_t n, stride;           /* slots, and between them */
+};
+static struct seal seals[HIB_SEAL_MAX];
+/* The thread an owner entry names, without the tag. */
+static inline fern_thread *own_load(fern_thread **p)
+{
+    return (fern_thread *)((uintptr_t)LOAD(p) & ~OWN_SEALED);
+}
 
 static struct {
     bool batched;               /* process_madvise takes our advice */
@@ -170,6 +211,10 @@ static struct {
     uint32_t now_ticks;         /* the tick's clock (HIB_TICKS) */
     bool quiet;                 /* no thread ran since the last tick */
     bool scanning, pending, marked;
+    int64_t now;                /* the tick's clock, ns */
+    int64_t unit_ns;            /* of fern_thread.hib_at, or 0 (below) */
+    int64_t eligible;           /* the scan's earliest time a marked thread
+                                 * not yet old enough will be */
     uint32_t touched;           /* a touch restored stacks: scan again (any thread) */
     uint32_t gen;               /* +1 each time stacks become accessible again */
     int pkey;                   /* the protection key of RUN_SHUT, or -1 */
@@ -181,7 +226,11 @@ static struct {
     bool was[HIB_BATCH];        /* batch[i] was H_RESIDENT (has its block) */
     struct item items[HIB_BATCH];
     struct iovec iov[HIB_BATCH];
+    unsigned iov_item[HIB_BATCH]; /* the item iov[i] belongs to */
     unsigned n;
+    uint32_t seal_lock;         /* seals[] and the OWN_SEALED tags */
+    unsigned seal_used;         /* entries of seals[] in use or reserved */
+    bool no_seal;               /* a seal failed: runs get markers from now on */
     uint64_t hibernated, hibernations, restores, touches, bytes; /* relaxed */
 } H = {.pkey = -1, .mem_fd = -1}; /* key 0 is everyone's: never freed (hib_fini) */
 
@@ -208,10 +257,17 @@ const char *hibernate_unsupported(void)
 __attribute__((no_sanitize_address, no_sanitize_thread, noinline)) static void
 copy_words(void *dst, const void *src, size_t n)
 {
+#if defined(__x86_64__)
+    /* One string move: a tenth of the monitor's time went to the loop
+     * below at a million threads. Not instrumented either. */
+    size_t words = n / 8;
+    __asm__ volatile("rep movsq" : "+D"(dst), "+S"(src), "+c"(words) : : "memory");
+#else
     volatile uint64_t *d = dst;
     const volatile uint64_t *s = src;
     for (size_t i = 0; i < n / 8; i++)
         d[i] = s[i];
+#endif
 }
 
 static void wait_a_bit(unsigned *spins) { spin_backoff(spins); } /* signal-safe */
@@ -288,6 +344,10 @@ void hib_init(void)
         H.mem_pid = arch_syscall6(SYS_getpid, 0, 0, 0, 0, 0, 0);
     }
     H.delay_ns = config.hibernate_ns;
+    H.unit_ns = H.delay_ns >= HIB_AT_MIN_DELAY ? H.delay_ns / HIB_AT_UNITS : 0;
+    H.seal_used = 0;
+    H.no_seal = false;
+    memset(seals, 0, sizeof seals);
     H.next_scan = 0;
     H.scanning = H.pending = false;
     H.n = 0;
@@ -354,7 +414,7 @@ bool hib_wake_slow(fern_thread *t)
 /* The last item of the run of adjacent slots that starts at v[i]. */
 static unsigned run_end(const struct item *v, unsigned n, unsigned i)
 {
-    while (i + 1 < n && v[i + 1].lo == v[i].top + stack_page())
+    while (i + 1 < n && v[i + 1].lo == v[i].top + stack_page() && v[i + 1].owner == v[i].owner + 1)
         i++;
     return i;
 }
@@ -369,6 +429,8 @@ enum {
     RUN_RELEASE,   /* MADV_DONTNEED: one page walk and one TLB flush per run,
                     * not one per stack; guard markers stay (the slots' own
                     * guard pages between the stacks of a run stay guards) */
+    RUN_SEAL,      /* the slots' guard markers removed, then MADV_DONTNEED:
+                    * nothing is left in the run's page-table entries */
 };
 
 static int pkey_mprotect_(void *p, size_t len, int prot, int key)
@@ -387,21 +449,32 @@ static int run_do(char *p, size_t len, int op)
     case RUN_OPEN:
         return H.pkey >= 0 ? pkey_mprotect_(p, len, PROT_READ | PROT_WRITE, 0)
                            : mprotect(p, len, PROT_READ | PROT_WRITE);
+    case RUN_SEAL:
+        if (madvise(p, len, MADV_GUARD_REMOVE) != 0)
+            return -1;
+        return madvise(p, len, MADV_DONTNEED);
     default:
         return madvise(p, len, MADV_DONTNEED);
     }
 }
 
-/* Apply op to every run of adjacent items' slots: one call per run. */
-static bool each_run(struct item *v, unsigned n, int op)
+/* Apply op to every run of adjacent items' slots: one call per run.
+ * each_run_but_sealed skips the sealed runs (a run is sealed whole). */
+static bool each_run_sel(struct item *v, unsigned n, int op, bool skip_sealed)
 {
     for (unsigned i = 0; i < n;) {
         unsigned j = run_end(v, n, i);
-        if (run_do(v[i].lo, (size_t)(v[j].top - v[i].lo), op) != 0)
+        if (!(skip_sealed && v[i].sealed) &&
+            run_do(v[i].lo, (size_t)(v[j].top - v[i].lo), op) != 0)
             return false;
         i = j + 1;
     }
     return true;
+}
+static bool each_run(struct item *v, unsigned n, int op) { return each_run_sel(v, n, op, false); }
+static bool each_run_but_sealed(struct item *v, unsigned n, int op)
+{
+    return each_run_sel(v, n, op, true);
 }
 
 /* Let this thread through H.pkey (RUN_SHUT ranges) until key_close; it
@@ -518,6 +591,62 @@ enum {
     R_AHEAD, /* ... and those of its parked neighbours (restore_near) */
     R_TOUCH, /* a touch: a fault or hib_touch */
 };
+static void item_of(struct item *it, fern_thread *t);
+
+/* Unseal a sealed run (under H.seal_lock, signals blocked): every slot's
+ * guard marker (the first slot's is below the run and stayed) and every
+ * stack's live-page markers go in, then the run is opened. Its stacks are
+ * hibernated as if never sealed from then on. */
+static void unseal_run(struct seal *u)
+{
+    struct iovec iov[128];
+    unsigned c = 0;
+    long want = 0;
+    size_t pg = stack_page();
+    for (size_t k = 0; k < u->n; k++) {
+        char *lo = u->lo + k * u->stride;
+        if (k) {
+            iov[c++] = (struct iovec){lo - pg, pg};
+            want += (long)pg;
+        }
+        fern_thread *t = own_load(&u->own[k]);
+        if (t) {
+            struct item it;
+            item_of(&it, t);
+            iov[c] = live_pages(&it);
+            want += (long)iov[c++].iov_len;
+        }
+        if (c + 2 > sizeof iov / sizeof iov[0] || k + 1 == u->n) {
+            if (madvise_many(iov, c, MADV_GUARD_INSTALL) != want)
+                die("fern: cannot put a sealed run's guard markers back; aborting\n");
+            c = 0;
+            want = 0;
+        }
+    }
+    if (run_do(u->lo, (size_t)(u->hi - u->lo), RUN_OPEN) != 0)
+        die("fern: cannot open a sealed run of hibernated stacks; aborting\n");
+    for (size_t k = 0; k < u->n; k++)
+        STORE(&u->own[k], own_load(&u->own[k]));
+    u->lo = u->hi = NULL;
+    H.seal_used--;
+}
+
+/* Unseal the sealed runs any of v's stacks are in (before restoring them). */
+static void unseal(const struct item *v, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) {
+        if (!((uintptr_t)LOAD(v[i].owner) & OWN_SEALED))
+            continue;
+        spin_lock(&H.seal_lock);
+        if ((uintptr_t)LOAD(v[i].owner) & OWN_SEALED)
+            for (unsigned j = 0; j < HIB_SEAL_MAX; j++)
+                if (seals[j].lo && v[i].lo >= seals[j].lo && v[i].lo < seals[j].hi) {
+                    unseal_run(&seals[j]);
+                    break;
+                }
+        spin_unlock(&H.seal_lock);
+    }
+}
 
 /* Restore n stacks whose threads the caller moved to H_RESTORING, in
  * ascending address order. Nobody may see a page between the removal of
@@ -535,6 +664,7 @@ static void restore(struct item *v, unsigned n, int how)
         want += (long)iov[i].iov_len;
     }
     int fd = H.pkey >= 0 ? -1 : mem_fd();
+    unseal(v, n);
     if (!each_run(v, n, RUN_SHUT))
         die("fern: cannot protect a hibernated stack while it is restored (vm.max_map_count?); "
             "aborting\n");
@@ -583,6 +713,7 @@ static void item_of(struct item *it, fern_thread *t)
     it->lo = (char *)B_LO(b);
     it->top = it->sp + B_LIVE(b);
     it->owner = (fern_thread **)B_OWNER(b);
+    it->resident = it->sealed = it->ok = false;
 }
 
 /* The caller (signals blocked) took t, in slot r, to H_RESTORING: restore
@@ -599,7 +730,7 @@ static void restore_near(fern_thread *t, const struct slot_ref *r, const void *o
     unsigned n = 0, below = 0;
     /* Below t first, nearest first, then put in address order. */
     for (size_t j = r->index; j-- > 0 && n < HIB_TOUCH_BATCH / 2;) {
-        fern_thread *u = LOAD(&r->owners[j]);
+        fern_thread *u = own_load(&r->owners[j]);
         uint8_t h = H_DONE;
         if (!u || !obj || LOAD_RELAXED(&u->wait_obj) != obj)
             break;
@@ -614,7 +745,7 @@ static void restore_near(fern_thread *t, const struct slot_ref *r, const void *o
     }
     item_of(&v[n++], t);
     for (size_t j = r->index + 1; j < r->nslots && n < HIB_TOUCH_BATCH; j++) {
-        fern_thread *u = LOAD(&r->owners[j]);
+        fern_thread *u = own_load(&r->owners[j]);
         uint8_t h = H_DONE;
         if (!u || !obj || LOAD_RELAXED(&u->wait_obj) != obj)
             break;
@@ -651,7 +782,7 @@ bool hib_fault(const void *addr)
     }
     unsigned spins = 0;
     for (;;) {
-        fern_thread *t = LOAD(&r.owners[r.index]);
+        fern_thread *t = own_load(&r.owners[r.index]);
         uint8_t h = t ? LOAD(&t->hib) : H_NONE;
         switch (h & (uint8_t)~H_WAKE) {
         case H_BUSY:       /* being hibernated: wait for the batch */
@@ -706,7 +837,7 @@ bool hib_touch(const void *p, size_t n)
         }
         unsigned spins = 0;
         for (;;) {
-            fern_thread *t = LOAD(&r.owners[r.index]);
+            fern_thread *t = own_load(&r.owners[r.index]);
             uint8_t h = t ? LOAD(&t->hib) : H_NONE;
             if ((h & (uint8_t)~H_WAKE) == H_BUSY || h == H_RESTORING) {
                 wait_a_bit(&spins);
@@ -796,6 +927,7 @@ bool hib_scan_due(int64_t now, bool busy, int64_t *next)
 {
     if (!hib_on)
         return false;
+    H.now = now;
     H.now_ticks = HIB_TICKS(now);
     H.quiet = !busy;
     if (LOAD_RELAXED(&H.touched)) {
@@ -806,8 +938,10 @@ bool hib_scan_due(int64_t now, bool busy, int64_t *next)
         H.pending = true; /* threads may have parked since the last scan */
         H.last_busy = now;
     }
-    if (!H.scanning && H.pending && now >= H.next_scan)
+    if (!H.scanning && H.pending && now >= H.next_scan) {
         H.scan_start = now;
+        H.eligible = INT64_MAX;
+    }
     if (H.scanning || (H.pending && now >= H.next_scan))
         return true;
     if (H.pending && H.next_scan < *next)
@@ -842,10 +976,32 @@ void hib_scan_thread(fern_thread *t)
         return;
     uint8_t h = LOAD_RELAXED(&t->hib);
     if ((h == H_NONE || h == H_RESIDENT) && H.delay_ns > 0) {
-        /* Parked now; hibernated at a later scan if still parked then. */
-        if (CAS(&t->hib, &h, h == H_NONE ? H_SEEN : H_RESIDENT_SEEN))
+        /* Parked now; hibernated at a later scan if still parked then
+         * (and, with a stamp, parked for the delay since this look). */
+        if (H.unit_ns) {
+            uint8_t at = (uint8_t)((fern_now_ns() + H.unit_ns - 1) / H.unit_ns);
+            STORE_RELAXED(&t->hib_at, at);
+        }
+        if (CAS(&t->hib, &h, h == H_NONE ? H_SEEN : H_RESIDENT_SEEN)) {
             H.marked = true;
+            int64_t at = H.now + (int64_t)(HIB_AT_UNITS + 2) * H.unit_ns;
+            if (H.unit_ns && at < H.eligible)
+                H.eligible = at;
+        }
         return;
+    }
+    if ((h == H_SEEN || h == H_RESIDENT_SEEN) && H.unit_ns) {
+        /* The stamp counts in units of delay / HIB_AT_UNITS, modulo 256,
+         * rounded up at the look and down now: the age it gives is never
+         * more than the real one (a wrap makes it less: later, not early). */
+        unsigned age = (uint8_t)((uint8_t)(H.now / H.unit_ns) - LOAD_RELAXED(&t->hib_at));
+        if (age < HIB_AT_UNITS + 1) {
+            int64_t at = H.now + (int64_t)(HIB_AT_UNITS + 1 - age) * H.unit_ns;
+            H.marked = true;
+            if (at < H.eligible)
+                H.eligible = at;
+            return;
+        }
     }
     /* RESIDENT: restored by a touch and still parked: again, into the
      * block it has (its live range has not changed). */
@@ -866,6 +1022,54 @@ void hib_scan_thread(fern_thread *t)
         if (H.n == HIB_BATCH)
             hib_scan_flush();
     }
+}
+
+/* Mark the runs of v (sorted) to seal: those covering a whole HIB_PMD
+ * block, while seals[] has room (an entry is reserved for each). Returns
+ * how many items are to be sealed. */
+static unsigned seal_pick(struct item *v, unsigned m)
+{
+    unsigned count = 0;
+    if (LOAD_RELAXED(&H.no_seal))
+        return 0;
+    spin_lock(&H.seal_lock);
+    for (unsigned i = 0; i < m;) {
+        unsigned j = run_end(v, m, i);
+        uintptr_t lo = (uintptr_t)v[i].lo, hi = (uintptr_t)v[j].top;
+        bool seal = ((lo + HIB_PMD - 1) & ~(HIB_PMD - 1)) + HIB_PMD <= hi &&
+                    H.seal_used < HIB_SEAL_MAX;
+        if (seal) {
+            H.seal_used++;
+            count += j - i + 1;
+        }
+        for (unsigned q = i; q <= j; q++)
+            v[q].sealed = seal;
+        i = j + 1;
+    }
+    spin_unlock(&H.seal_lock);
+    return count;
+}
+
+/* Enter v's sealed runs in seals[] and tag their owner entries (before
+ * their threads become H_DONE); give back the reservations of runs that
+ * could not be sealed after all. */
+static void seal_publish(struct item *v, unsigned m)
+{
+    unsigned e = 0;
+    spin_lock(&H.seal_lock);
+    for (unsigned i = 0; i < m;) {
+        unsigned j = run_end(v, m, i);
+        if (v[i].sealed) {
+            while (seals[e].lo)
+                e++; /* a free entry: one was reserved for this run */
+            seals[e] = (struct seal){v[i].lo, v[j].top, v[i].owner, j - i + 1,
+                                     (size_t)(v[i].top - v[i].lo) + stack_page()};
+            for (unsigned q = i; q <= j; q++)
+                STORE(v[q].owner, (fern_thread *)((uintptr_t)v[q].t | OWN_SEALED));
+        }
+        i = j + 1;
+    }
+    spin_unlock(&H.seal_lock);
 }
 
 static int item_cmp(const void *a, const void *b)
@@ -909,7 +1113,7 @@ void hib_scan_flush(void)
             hib_release(t, H_NONE);
             continue;
         }
-        v[m] = (struct item){t, b, r.lo, r.top, sp, &r.owners[r.index], false};
+        v[m] = (struct item){t, b, r.lo, r.top, sp, &r.owners[r.index], false, false, false};
         STORE(v[m].owner, t); /* a fault from here on finds t (H_BUSY: it waits) */
         m++;
     }
@@ -927,7 +1131,6 @@ void hib_scan_flush(void)
             struct hib_block *b = v[i].b;
             size_t live = (size_t)(v[i].top - v[i].sp);
             copy_words(b->data, v[i].sp, live);
-            H.iov[i] = live_pages(&v[i]);
             if (v[i].resident)
                 continue;
             arch_hib_frame(b->frame, b->data, v[i].t, b);
@@ -937,37 +1140,79 @@ void hib_scan_flush(void)
             B_OWNER(b) = (uint64_t)(uintptr_t)v[i].owner;
         }
         /* Readers too must fault from here on: once a page is freed, a
-         * read of it would see zeros. The pages go with one MADV_DONTNEED
-         * per run of adjacent slots; then the guard markers go in over the
-         * live pages alone, which are empty by then (no page to free, no
-         * TLB flush per stack). */
+         * read of it would see zeros. */
         if (!keyed && !each_run(v, m, RUN_SHUT))
             die("fern: cannot protect stacks being hibernated (vm.max_map_count?); aborting\n");
+        /* The runs that cover a whole page-table page's 2 MiB are sealed
+         * (top of the file): their guards out, their pages freed in one
+         * call each, and they stay shut. */
+        unsigned sealing = seal_pick(v, m);
+        for (unsigned i = 0; i < m;) {
+            unsigned j = run_end(v, m, i);
+            if (v[i].sealed && run_do(v[i].lo, (size_t)(v[j].top - v[i].lo), RUN_SEAL) != 0) {
+                /* Put the guards back: the run gets its bytes back below. */
+                for (unsigned q = i; q <= j; q++) {
+                    struct iovec g = {v[q].lo - stack_page(), stack_page()};
+                    if (madvise_many(&g, 1, MADV_GUARD_INSTALL) != (long)g.iov_len)
+                        die("fern: cannot undo a failed hibernation; aborting\n");
+                    v[q].sealed = false;
+                }
+                sealing -= j - i + 1;
+                spin_lock(&H.seal_lock);
+                H.seal_used--; /* its reservation (seal_pick) */
+                spin_unlock(&H.seal_lock);
+                STORE_RELAXED(&H.no_seal, true);
+                continue; /* i stays: not released, and not sealed now */
+            }
+            for (unsigned q = i; q <= j; q++)
+                v[q].ok = v[q].sealed;
+            i = j + 1;
+        }
+        /* The other runs' pages go with one MADV_DONTNEED per run of
+         * adjacent slots; then the guard markers go in over the live pages
+         * alone, which are empty by then (no page to free, no TLB flush per
+         * stack). */
+        unsigned ni = 0;
+        for (unsigned i = 0; i < m; i++)
+            if (!v[i].ok) {
+                H.iov[ni] = live_pages(&v[i]);
+                H.iov_item[ni++] = i;
+            }
         long done = -1;
-        if (each_run(v, m, RUN_RELEASE))
-            done = madvise_many(H.iov, m, MADV_GUARD_INSTALL);
-        /* Guards go in in order: the first k stacks are hibernated. */
-        for (long left = done; k < m && left >= (long)H.iov[k].iov_len; k++)
-            left -= (long)H.iov[k].iov_len;
+        if (!ni)
+            done = 0;
+        else if (each_run_but_sealed(v, m, RUN_RELEASE))
+            done = madvise_many(H.iov, ni, MADV_GUARD_INSTALL);
+        /* Guards go in in order: the first kk of those are hibernated. */
+        unsigned kk = 0;
+        for (long left = done; kk < ni && left >= (long)H.iov[kk].iov_len; kk++) {
+            left -= (long)H.iov[kk].iov_len;
+            v[H.iov_item[kk]].ok = true;
+        }
         /* The others have lost their pages (or some): remove any guard
          * half put in and put their bytes back; they stay resident. */
-        if (k < m) {
+        if (kk < ni) {
             int fd = keyed ? -1 : mem_fd();
-            for (unsigned i = k; i < m; i++) {
+            for (unsigned i = kk; i < ni; i++) {
                 if (madvise_many(&H.iov[i], 1, MADV_GUARD_REMOVE) != (long)H.iov[i].iov_len)
                     die("fern: cannot undo a failed hibernation; aborting\n");
-                put_back(fd, &v[i]);
+                put_back(fd, &v[H.iov_item[i]]);
             }
         }
         key_close(pkru);
-        for (unsigned i = 0; i < k; i++)
-            if (!v[i].resident)
-                STORE_RELAXED(&v[i].t->sp, (void *)v[i].b);
-        if (!each_run(v, m, RUN_OPEN)) {
+        for (unsigned i = 0; i < m; i++)
+            if (v[i].ok) {
+                k++;
+                if (!v[i].resident)
+                    STORE_RELAXED(&v[i].t->sp, (void *)v[i].b);
+            }
+        if (sealing)
+            seal_publish(v, m);
+        if (!each_run_but_sealed(v, m, RUN_OPEN)) {
             fprintf(stderr, "fern: cannot make hibernated stacks writable again; aborting\n");
             abort();
         }
-        if (k < m) {
+        if (kk < ni) {
             static int warned;
             if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
                 fprintf(stderr, "fern: MADV_GUARD_INSTALL failed (%s); stack hibernation stops\n",
@@ -982,7 +1227,7 @@ void hib_scan_flush(void)
     hib_release_fence();
     uint64_t bytes = 0;
     for (unsigned i = 0; i < m; i++) {
-        if (i < k) {
+        if (v[i].ok) {
             if (!v[i].resident)
                 bytes += sizeof *v[i].b + (size_t)(v[i].top - v[i].sp);
             hib_release(v[i].t, H_DONE);
@@ -1012,6 +1257,14 @@ void hib_scan_end(int64_t now)
      * parked behind it). */
     H.pending = H.marked || H.last_busy >= H.scan_start;
     H.next_scan = now + H.delay_ns;
+    /* With stamps, as soon as the first thread it marked is old enough,
+     * but not sooner than a quarter of the delay after this one: threads
+     * parked at a steady rate would otherwise keep the monitor scanning. */
+    if (H.unit_ns && H.marked) {
+        int64_t at = H.eligible > now + H.delay_ns / 4 ? H.eligible : now + H.delay_ns / 4;
+        if (at < H.next_scan)
+            H.next_scan = at;
+    }
 }
 
 void hib_forget(fern_thread *t)

@@ -309,21 +309,21 @@ static bool watch_all(int64_t now, int64_t *again)
 #define HIB_TICK_NS 2000000
 #define HIB_SCAN_STEP 4096u
 static struct thread_cursor hib_cursor;
-static void watch_hibernate(int64_t now, bool busy, int64_t *again)
+static bool watch_hibernate(int64_t now, bool busy, int64_t *again)
 {
     if (!hib_scan_due(now, busy, again))
-        return;
+        return false;
     for (;;) {
         if (threads_scan(&hib_cursor, HIB_SCAN_STEP, hib_scan_thread)) {
             int64_t end = fern_now_ns();
             hib_scan_end(end);
             hib_scan_due(end, false, again);
-            return;
+            return false;
         }
         if (fern_now_ns() - now >= HIB_TICK_NS) {
             hib_scan_flush();
             *again = now; /* more to scan: at once */
-            return;
+            return true;
         }
     }
 }
@@ -346,9 +346,16 @@ static void *monitor_main(void *arg)
         plock_lock(&rt.boot_lock);
         bool busy = watch_all(now, &again);
         plock_unlock(&rt.boot_lock);
-        watch_hibernate(now, busy || M.switched, &again);
+        bool scanning = watch_hibernate(now, busy || M.switched, &again);
         if (busy) {
-            futex_wait(&M.stop, 0, now + M.tick_ns);
+            /* A hibernation scan under way goes on at once: its slices
+             * (HIB_TICK_NS) space the looks at the workers out as the
+             * tick would, and a scan that waited a tick after each slice
+             * while the workers are busy (a million threads being spawned
+             * and parking) got a third of the monitor's time and fell
+             * seconds behind. */
+            if (!scanning)
+                futex_wait(&M.stop, 0, now + M.tick_ns);
             continue;
         }
         if (again <= now)
