@@ -87,13 +87,14 @@ static void *green_main(void *arg)
     printf("{\"bench\": \"hook-file\", \"mode\": \"green\", \"reads_per_s\": %.0f, \"errors\": %ld, "
            "\"bad_r\": %ld, \"bad_errno\": %ld, "
            "\"ticker_late_max_ms\": %.2f, \"plain_ticker_late_max_ms\": %.2f, \"file_io\": \"%s\", \"nowait_hits\": %llu, "
-           "\"uring_ops\": %llu, \"pool_ops\": %llu}\n",
+           "\"uring_ops\": %llu, \"pool_ops\": %llu, \"streak_reads\": %llu, \"streak_ends\": %llu}\n",
            (double)atomic_load(&reads) / wall, atomic_load(&errors), atomic_load(&bad_r),
            atomic_load(&bad_errno),
            (double)atomic_load(&tick.late_max) / 1e6, (double)atomic_load(&plain.late_max) / 1e6,
            st.file_io == FERN_FILE_IO_URING ? "io_uring" : "pool",
            (unsigned long long)st.file_nowait_hits, (unsigned long long)st.file_uring_ops,
-           (unsigned long long)st.file_pool_ops);
+           (unsigned long long)st.file_pool_ops, (unsigned long long)st.file_streak_reads,
+           (unsigned long long)st.file_streak_ends);
     return NULL;
 }
 
@@ -133,9 +134,12 @@ static void *hit_main(void *arg)
         if (r < best_raw)
             best_raw = r;
     }
+    struct fern_stats st;
+    fern_stats(&st);
     printf("{\"bench\": \"hook-file\", \"mode\": \"hit\", \"hooked_ns\": %.1f, \"raw_ns\": %.1f, "
-           "\"raw_nowait_ns\": %.1f}\n",
-           best_hook, best_raw, best_nw);
+           "\"raw_nowait_ns\": %.1f, \"streak_reads\": %llu, \"streak_ends\": %llu}\n",
+           best_hook, best_raw, best_nw, (unsigned long long)st.file_streak_reads,
+           (unsigned long long)st.file_streak_ends);
     return NULL;
 }
 
