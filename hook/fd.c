@@ -37,18 +37,7 @@
 #include <termios.h>
 #include <unistd.h>
 
-#define HK_CHUNK 1024u
-#define HK_CHUNKS 1024u
-
-static struct hk_fd *hk_chunks[HK_CHUNKS];
-
-struct hk_fd *hk_fd_find(int fd)
-{
-    if (fd < 0 || (unsigned)fd >= HK_CHUNK * HK_CHUNKS)
-        return NULL;
-    struct hk_fd *c = __atomic_load_n(&hk_chunks[(unsigned)fd / HK_CHUNK], __ATOMIC_ACQUIRE);
-    return c ? &c[(unsigned)fd % HK_CHUNK] : NULL;
-}
+struct hk_fd *hk_chunks[HK_CHUNKS]; /* hook.h: hk_fd_find */
 
 static struct hk_fd *hk_fd_get(int fd)
 {

@@ -96,7 +96,9 @@ static inline long hk_file_6(long nr, long a0, long a1, long a2, long a3, long a
  */
 #define SPEC_BASE 64u
 #define SPEC_KMAX 10u
+#ifndef SPEC_US /* -DSPEC_US=1000000u: callgrind (slow system calls) measures the streak */
 #define SPEC_US   100u
+#endif
 #define SPEC_RUN_SHORT 1024u
 #define SPEC_RUN_LONG  16384u
 #define SPEC_HITS(w) ((w) & 0xffffffu)
@@ -122,11 +124,9 @@ static inline uint64_t hk_cycles(void)
  * CLOCK_MONOTONIC over the first 2 ms after the first ask; 0 until then
  * (no streak is acted on meanwhile). Racing callers compute the same. */
 static uint64_t cal_t0, cal_ns0, cal_tpu;
-static uint64_t ticks_per_us(void)
+static __attribute__((noinline)) uint64_t calibrate(void)
 {
-    uint64_t r = __atomic_load_n(&cal_tpu, __ATOMIC_RELAXED);
-    if (HK_LIKELY(r))
-        return r;
+    uint64_t r;
     uint64_t t = hk_cycles();
     int64_t ns = fern_now_ns();
     uint64_t t0 = __atomic_load_n(&cal_t0, __ATOMIC_ACQUIRE);
@@ -145,6 +145,11 @@ static uint64_t ticks_per_us(void)
         r = 1;
     __atomic_store_n(&cal_tpu, r, __ATOMIC_RELAXED);
     return r;
+}
+static inline uint64_t ticks_per_us(void)
+{
+    uint64_t r = __atomic_load_n(&cal_tpu, __ATOMIC_RELAXED);
+    return HK_LIKELY(r) ? r : calibrate();
 }
 #endif
 
@@ -169,6 +174,36 @@ static void spec_slow(struct hk_fd *h)
         k--;
     __atomic_store_n(&h->spec, k << 24, __ATOMIC_RELAXED);
 }
+
+#if HK_SPEC
+/* Has fd (entry h, state st) earned the streak for a read of len bytes?
+ * The cycles that read may take, or 0 for no (not a regular file, O_DIRECT,
+ * RWF_NOWAIT refused, too few hits in a row, the clock not calibrated). */
+static inline uint64_t spec_on(struct hk_fd *h, uint32_t st, size_t len)
+{
+    if ((st & (HK_REGULAR | HK_DIRECT | HK_NOWAIT_R)) != HK_REGULAR)
+        return 0;
+    uint32_t w = __atomic_load_n(&h->spec, __ATOMIC_RELAXED);
+    if (SPEC_HITS(w) < SPEC_BASE << SPEC_K(w))
+        return 0;
+    return ticks_per_us() * (SPEC_US + len / 1024);
+}
+
+/* A read of the streak: the plain call c on the worker, timed against
+ * limit cycles. */
+static inline long spec_read(struct hk_fd *h, const struct hk_call *c, uint64_t limit)
+{
+    uint64_t t0 = hk_cycles();
+    long r = hk_do(c);
+    int slow = hk_cycles() - t0 > limit;
+    if (HK_LIKELY(!slow))
+        spec_hit(h);
+    else
+        spec_slow(h);
+    fern__file_streak(slow);
+    return r;
+}
+#endif
 
 static int is_positioned(long nr) { return nr == SYS_pread64 || nr == SYS_preadv || nr == SYS_preadv2; }
 
@@ -201,20 +236,10 @@ long hk_file_io(int fd, const struct hk_call *c, const struct hk_call *nw)
     if ((st & HK_DIRECT) || ((st & HK_REGULAR) && (st & (wr ? HK_NOWAIT_W : HK_NOWAIT_R))))
         return off_worker(c->nr, c->a[0], c->a[1], c->a[2], c->a[3], c->a[4], c->a[5]);
 #if HK_SPEC
-    if ((st & HK_REGULAR) && !wr && is_positioned(c->nr)) {
-        uint32_t w = __atomic_load_n(&h->spec, __ATOMIC_RELAXED);
-        uint64_t tpu;
-        if (SPEC_HITS(w) >= SPEC_BASE << SPEC_K(w) && (tpu = ticks_per_us())) {
-            uint64_t t0 = hk_cycles();
-            long r = hk_do(c);
-            uint64_t dt = hk_cycles() - t0;
-            if (dt > tpu * (SPEC_US + ask_len(nw) / 1024))
-                spec_slow(h);
-            else
-                spec_hit(h);
-            fern__file_nowait_hit(); /* served on the worker */
-            return r;
-        }
+    if (!wr && is_positioned(c->nr)) {
+        uint64_t limit = spec_on(h, st, ask_len(nw));
+        if (limit)
+            return spec_read(h, c, limit);
     }
 #endif
     /* Without preadv2/pwritev2 (qemu-user: the runtime's probe) there is no
@@ -271,21 +296,38 @@ long hk_file_io(int fd, const struct hk_call *c, const struct hk_call *nw)
 /* ---- positioned reads and writes ---- */
 
 /* pread / pwrite of n bytes at off (vectors: iov, cnt; flags: preadv2's). */
-static long prw(long nr, int fd, const struct iovec *iov, long cnt, long off, int flags,
-                const struct hk_call *c)
+static long prw_green(long nr, int fd, const struct iovec *iov, long cnt, long off, int flags,
+                      const struct hk_call *c)
 {
-    if (HK_LIKELY(!hk_green()) || (flags & RWF_NOWAIT))
-        return hk_do(c);
     struct hk_call nw = {nr, {fd, (long)iov, cnt, off, 0, flags | RWF_NOWAIT}};
     long r = hk_file_io(fd, c, &nw);
     return r == HK_ADOPTED ? hk_do(c) : r; /* a positioned call on a tty: the kernel's answer */
 }
 
+static long prw(long nr, int fd, const struct iovec *iov, long cnt, long off, int flags,
+                const struct hk_call *c)
+{
+    if (HK_LIKELY(!hk_green()) || (flags & RWF_NOWAIT))
+        return hk_do(c);
+    return prw_green(nr, fd, iov, cnt, off, flags, c);
+}
+
+/* pread asks the streak first, inline: on a descriptor the page cache keeps
+ * serving, a green thread's pread is the plain call plus a few loads, two
+ * cycle-counter reads and a count (docs/hooks.md's figures). */
 ssize_t pread(int fd, void *buf, size_t n, off_t off)
 {
     struct hk_call c = {SYS_pread64, {fd, (long)buf, (long)n, (long)off}};
+    if (HK_LIKELY(!hk_green()))
+        return hk_ret(hk_do(&c));
+#if HK_SPEC
+    struct hk_fd *h = hk_fd_find(fd);
+    uint64_t limit = h ? spec_on(h, hk_state(h), n) : 0;
+    if (limit)
+        return hk_ret(spec_read(h, &c, limit));
+#endif
     struct iovec v = {buf, n};
-    return hk_ret(prw(SYS_preadv2, fd, &v, 1, (long)off, 0, &c));
+    return hk_ret(prw_green(SYS_preadv2, fd, &v, 1, (long)off, 0, &c));
 }
 ssize_t pread64(int fd, void *buf, size_t n, off_t off) { return pread(fd, buf, n, off); }
 

@@ -136,8 +136,20 @@ struct hk_fd {
     uint64_t dev, ino;      /* the file it was adopted for (fd.c: stale entries) */
 };
 
-/* The entry of fd, or NULL if it never had one (no allocation). */
-struct hk_fd *hk_fd_find(int fd) HK_HIDDEN;
+/* The table of entries (fd.c): chunks of HK_CHUNK, allocated on first use. */
+#define HK_CHUNK 1024u
+#define HK_CHUNKS 1024u
+extern struct hk_fd *hk_chunks[HK_CHUNKS] HK_HIDDEN;
+
+/* The entry of fd, or NULL if it never had one (no allocation). Inline: a
+ * page-cache hit (file.c's streak) asks it on every read. */
+static inline struct hk_fd *hk_fd_find(int fd)
+{
+    if (fd < 0 || (unsigned)fd >= HK_CHUNK * HK_CHUNKS)
+        return NULL;
+    struct hk_fd *c = __atomic_load_n(&hk_chunks[(unsigned)fd / HK_CHUNK], __ATOMIC_ACQUIRE);
+    return c ? &c[(unsigned)fd % HK_CHUNK] : NULL;
+}
 /* fd was just created by a hooked call: start it clean and managed, or a
  * copy of `from` (dup). */
 void hk_adopt(int fd, const struct hk_fd *from) HK_HIDDEN;

@@ -1027,7 +1027,8 @@ struct fern_stats {
     fern_file_io file_io;      /* io_uring or the blocking pool, as probed
                                   at start (fern_dump says why) */
     uint64_t file_nowait_hits; /* served by the page cache on the worker
-                                  (preadv2 with RWF_NOWAIT), since fern_init */
+                                  (preadv2 with RWF_NOWAIT, or a streak
+                                  read: file_streak_reads), since fern_init */
     uint64_t file_uring_ops;   /* calls completed on io_uring */
     uint64_t file_pool_ops;    /* calls run on the blocking pool */
     /* Stack hibernation (docs/stacks.md). */
@@ -1041,6 +1042,13 @@ struct fern_stats {
                                   touched the stack (a fault or, in fern-hook,
                                   EFAULT) */
     uint64_t hibernate_bytes;  /* heap bytes holding hibernated stacks now */
+    /* fern-hook's page-cache streak (docs/hooks.md): a descriptor whose
+     * reads the cache kept serving gets plain pread calls on the worker. */
+    uint64_t file_streak_reads; /* reads made so, since fern_init (also
+                                  counted in file_nowait_hits) */
+    uint64_t file_streak_ends; /* of those, reads that held the worker too
+                                  long (a miss, or the host's jitter) and
+                                  ended their descriptor's streak */
 };
 
 /* Fill *s with counters (read without stopping workers: each is exact, the

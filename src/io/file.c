@@ -191,6 +191,8 @@ long fern__file_call(long nr, const long a[6]) { return io_file_call(nr, a); }
 
 void fern__file_nowait_hit(void) { uring_count_nowait(); }
 
+void fern__file_streak(int slow) { uring_count_streak(slow); }
+
 int fern__file_rwf(void) { return io_file_rwf(); }
 
 /* pread or pwrite at offset: the page cache on the worker, else off it. */

@@ -76,9 +76,13 @@ FERN__API int fern__io_park(const struct fern__pollent *pe, int n, int64_t deadl
  * where the kernel allows it, else fern's blocking pool (src/io/file.c).
  * From a plain thread, the plain system call. Returns the kernel's value or
  * -errno. fern__file_nowait_hit counts a call the page cache served at once
- * (preadv2 with RWF_NOWAIT on the worker: fern_stats). */
+ * (preadv2 with RWF_NOWAIT on the worker: fern_stats); fern__file_streak
+ * counts a read of hook/file.c's page-cache streak (the plain call on the
+ * worker), and 1 in `slow` says it held the worker too long and ended the
+ * streak. */
 FERN__API long fern__file_call(long nr, const long a[6]);
 FERN__API void fern__file_nowait_hit(void);
+FERN__API void fern__file_streak(int slow);
 /* 1 if the kernel has preadv2/pwritev2 (probed once when the runtime
  * starts; 0 under qemu-user, which answers ENOSYS): without them a read or
  * write cannot be tried with RWF_NOWAIT first. */

@@ -142,6 +142,7 @@ bool uring_tag(uint64_t tag);
 void uring_reap(uint64_t tag);
 void uring_count_pool(void);
 void uring_count_nowait(void);
+void uring_count_streak(int slow);
 /* System call nr(a[0..5]) off the worker (file.c): the value or -errno. */
 long io_file_call(long nr, const long *a);
 /* file.c's probe at io_init: does the kernel have preadv2/pwritev2

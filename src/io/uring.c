@@ -86,7 +86,8 @@ static struct {
     int why;                     /* the probe's errno when mode is the pool */
     uint8_t ops[IORING_OP_LAST]; /* supported operations */
     uint64_t n_uring, n_pool, n_nowait;
-} U = {PLOCK_INIT, {0}, FERN_FILE_IO_POOL, 0, {0}, 0, 0, 0};
+    uint64_t n_streak, n_streak_ends; /* hook/file.c's page-cache streak */
+} U = {PLOCK_INIT, {0}, FERN_FILE_IO_POOL, 0, {0}, 0, 0, 0, 0, 0};
 
 static void ring_free(struct uring *r)
 {
@@ -195,6 +196,8 @@ void uring_init(void)
     STORE_RELAXED(&U.n_uring, 0);
     STORE_RELAXED(&U.n_pool, 0);
     STORE_RELAXED(&U.n_nowait, 0);
+    STORE_RELAXED(&U.n_streak, 0);
+    STORE_RELAXED(&U.n_streak_ends, 0);
     if (!config.io_uring) {
         U.why = -1; /* turned off by $FERN_IO_URING=0 */
     } else {
@@ -359,13 +362,22 @@ int uring_run(struct uop *op)
 
 void uring_count_pool(void) { ADD_RELAXED(&U.n_pool, 1); }
 void uring_count_nowait(void) { ADD_RELAXED(&U.n_nowait, 1); }
+void uring_count_streak(int slow)
+{
+    ADD_RELAXED(&U.n_streak, 1);
+    if (slow)
+        ADD_RELAXED(&U.n_streak_ends, 1);
+}
 
 void io_file_stats(struct fern_stats *s)
 {
     s->file_io = LOAD(&U.mode);
     s->file_uring_ops = LOAD_RELAXED(&U.n_uring);
     s->file_pool_ops = LOAD_RELAXED(&U.n_pool);
-    s->file_nowait_hits = LOAD_RELAXED(&U.n_nowait);
+    /* A streak read was served on the worker too: one of the hits. */
+    s->file_streak_reads = LOAD_RELAXED(&U.n_streak);
+    s->file_streak_ends = LOAD_RELAXED(&U.n_streak_ends);
+    s->file_nowait_hits = LOAD_RELAXED(&U.n_nowait) + s->file_streak_reads;
 }
 
 void io_file_dump(FILE *f)
