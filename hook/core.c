@@ -53,6 +53,8 @@ __attribute__((constructor)) static void hk_start(void)
     hk_names_resolve();
     lk_resolve();
     pthread_atfork(NULL, NULL, hk_child);
+    /* fern_close's raw close (src/io/io.c) drops our entry as close does. */
+    __atomic_store_n(&fern__hook_close, hk_drop, __ATOMIC_RELEASE);
     __atomic_store_n(&hk_on, on, __ATOMIC_RELAXED);
 }
 

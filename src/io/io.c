@@ -17,6 +17,7 @@
  * with back-off within the write deadline.
  */
 #include "io.h"
+#include "io/hookapi.h"
 
 #include <limits.h>
 #include <poll.h>
@@ -57,7 +58,7 @@ static int poll_now(int fd, int dirs)
 {
     struct pollfd p = {.fd = fd, .events = (short)((dirs & FERN_READ ? POLLIN : 0) |
                                                     (dirs & FERN_WRITE ? POLLOUT : 0))};
-    if (poll(&p, 1, 0) <= 0)
+    if (sys_poll(&p, 1, 0) <= 0)
         return 0;
     int ev = 0;
     if (p.revents & (POLLIN | POLLHUP | POLLERR | POLLRDHUP))
@@ -81,7 +82,7 @@ static __attribute__((noinline, cold)) int io_wait_poll(int fd, int dirs, int64_
                 return IO_TIMEOUT;
             ms = (int)((left + 999999) / 1000000);
         }
-        int r = poll(&p, 1, ms);
+        long r = sys_poll(&p, 1, ms);
         if (r > 0) {
             if (p.revents & POLLNVAL) {
                 errno_set(EBADF);
@@ -89,8 +90,10 @@ static __attribute__((noinline, cold)) int io_wait_poll(int fd, int dirs, int64_
             }
             return dirs;
         }
-        if (r < 0 && errno != EINTR)
+        if (r < 0 && r != -EINTR) {
+            errno_set((int)-r);
             return IO_ERROR;
+        }
     }
 }
 
@@ -284,15 +287,16 @@ static int io_await(int fd, struct fdent *e, int dir)
                 }                                                                                  \
                 m_ = st_begin(st_);                                                                \
             }                                                                                      \
-            ssize_t r_ = (call);                                                                   \
+            long r_ = (call); /* raw: the result or -errno (base/sys.h) */                        \
             if (r_ >= 0) {                                                                         \
                 if (ask_ && r_ > 0 && (size_t)r_ < ask_)                                           \
                     st_short(st_, m_);                                                             \
                 return r_;                                                                         \
             }                                                                                      \
-            int err_ = errno_get(); /* r_ is -1: not kept across the calls */                      \
-            if (err_ != EAGAIN && err_ != EWOULDBLOCK)                                             \
+            if (r_ != -EAGAIN && r_ != -EWOULDBLOCK) {                                             \
+                errno_set((int)-r_);                                                               \
                 return -1;                                                                         \
+            }                                                                                      \
             if (last_) {                                                                           \
                 errno_set(ETIMEDOUT);                                                              \
                 return -1;                                                                         \
@@ -308,7 +312,7 @@ static int io_await(int fd, struct fdent *e, int dir)
         if ((flags)&MSG_DONTWAIT) {                                                                \
             if (!io_prepare(fd))                                                                   \
                 return -1;                                                                         \
-            return (call);                                                                         \
+            return sys_err(call);                                                                  \
         }                                                                                          \
         IO_LOOP(fd, dir, ask, call);                                                               \
     } while (0)
@@ -351,22 +355,23 @@ int fern_wait_fd(int fd, int events, int64_t deadline_ns)
  * default action would end the whole process for one lost client (every
  * fern send call adds the flag too). Pipes and other fds keep write's
  * behaviour. `e` is the entry IO_LOOP prepared. */
-static ssize_t write_nosignal(const struct fdent *e, int fd, const void *buf, size_t n)
+static long write_nosignal(const struct fdent *e, int fd, const void *buf, size_t n)
 {
-    return LOAD_RELAXED(&e->sock) ? send(fd, buf, n, MSG_NOSIGNAL) : write(fd, buf, n);
+    return LOAD_RELAXED(&e->sock) ? sys_sendto(fd, buf, n, MSG_NOSIGNAL, NULL, 0)
+                                  : sys_write(fd, buf, n);
 }
 
-static ssize_t writev_nosignal(const struct fdent *e, int fd, const struct iovec *iov, int cnt)
+static long writev_nosignal(const struct fdent *e, int fd, const struct iovec *iov, int cnt)
 {
     if (!LOAD_RELAXED(&e->sock) || cnt < 0)
-        return writev(fd, iov, cnt);
+        return sys_writev(fd, iov, cnt);
     struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)cnt};
-    return sendmsg(fd, &m, MSG_NOSIGNAL);
+    return sys_sendmsg(fd, &m, MSG_NOSIGNAL);
 }
 
 ssize_t fern_read(int fd, void *buf, size_t n)
 {
-    IO_LOOP(fd, FERN_READ, st_ask(n), read(fd, buf, n));
+    IO_LOOP(fd, FERN_READ, st_ask(n), sys_read(fd, buf, n));
 }
 ssize_t fern_write(int fd, const void *buf, size_t n)
 {
@@ -374,7 +379,7 @@ ssize_t fern_write(int fd, const void *buf, size_t n)
 }
 ssize_t fern_readv(int fd, const struct iovec *iov, int cnt)
 {
-    IO_LOOP(fd, FERN_READ, cnt > 0 ? st_ask_iov(iov, (size_t)cnt) : 0, readv(fd, iov, cnt));
+    IO_LOOP(fd, FERN_READ, cnt > 0 ? st_ask_iov(iov, (size_t)cnt) : 0, sys_readv(fd, iov, cnt));
 }
 ssize_t fern_writev(int fd, const struct iovec *iov, int cnt)
 {
@@ -384,35 +389,35 @@ ssize_t fern_writev(int fd, const struct iovec *iov, int cnt)
 ssize_t fern_recv(int fd, void *buf, size_t n, int flags)
 {
     IO_LOOP_FLAGS(fd, FERN_READ, flags, flags & ~ST_RECV_FLAGS ? 0 : st_ask(n),
-                  recv(fd, buf, n, flags));
+                  sys_recvfrom(fd, buf, n, flags, NULL, NULL));
 }
 ssize_t fern_send(int fd, const void *buf, size_t n, int flags)
 {
     IO_LOOP_FLAGS(fd, FERN_WRITE, flags, flags & ~ST_SEND_FLAGS ? 0 : st_ask(n),
-                  send(fd, buf, n, flags | MSG_NOSIGNAL));
+                  sys_sendto(fd, buf, n, flags | MSG_NOSIGNAL, NULL, 0));
 }
 ssize_t fern_recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *from, socklen_t *fl)
 {
     IO_LOOP_FLAGS(fd, FERN_READ, flags, flags & ~ST_RECV_FLAGS ? 0 : st_ask(n),
-                  recvfrom(fd, buf, n, flags, from, fl));
+                  sys_recvfrom(fd, buf, n, flags, from, fl));
 }
 ssize_t fern_sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *to,
                     socklen_t tl)
 {
     IO_LOOP_FLAGS(fd, FERN_WRITE, flags, flags & ~ST_SEND_FLAGS ? 0 : st_ask(n),
-                  sendto(fd, buf, n, flags | MSG_NOSIGNAL, to, tl));
+                  sys_sendto(fd, buf, n, flags | MSG_NOSIGNAL, to, tl));
 }
 ssize_t fern_recvmsg(int fd, struct msghdr *m, int flags)
 {
     IO_LOOP_FLAGS(fd, FERN_READ, flags,
                   flags & ~ST_RECV_FLAGS || !m ? 0 : st_ask_iov(m->msg_iov, m->msg_iovlen),
-                  recvmsg(fd, m, flags));
+                  sys_recvmsg(fd, m, flags));
 }
 ssize_t fern_sendmsg(int fd, const struct msghdr *m, int flags)
 {
     IO_LOOP_FLAGS(fd, FERN_WRITE, flags,
                   flags & ~ST_SEND_FLAGS || !m ? 0 : st_ask_iov(m->msg_iov, m->msg_iovlen),
-                  sendmsg(fd, m, flags | MSG_NOSIGNAL));
+                  sys_sendmsg(fd, m, flags | MSG_NOSIGNAL));
 }
 
 int fern_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
@@ -421,12 +426,11 @@ int fern_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
     if (!e)
         return -1;
     for (;;) {
-        int c = accept4(fd, addr, len, flags | SOCK_NONBLOCK);
+        long c = sys_accept4(fd, addr, len, flags | SOCK_NONBLOCK);
         if (c >= 0)
-            return c;
-        int err = errno_get();
-        if (err != EAGAIN && err != EWOULDBLOCK)
-            return c;
+            return (int)c;
+        if (c != -EAGAIN && c != -EWOULDBLOCK)
+            return (int)sys_err(c);
         if (io_await(fd, e, FERN_READ))
             return -1;
     }
@@ -439,13 +443,13 @@ int fern_connect(int fd, const struct sockaddr *addr, socklen_t len)
         return -1;
     int64_t backoff = 100000;
     for (;;) {
-        if (connect(fd, addr, len) == 0)
+        long c = sys_connect(fd, addr, len);
+        if (c == 0)
             return 0;
-        int err = errno_get();
-        if (err == EINPROGRESS)
+        if (c == -EINPROGRESS)
             break;
-        if (err != EAGAIN)
-            return -1;
+        if (c != -EAGAIN)
+            return (int)sys_err(c);
         /* A full AF_UNIX backlog says EAGAIN and gives no edge to wait
          * for: retry with back-off within the write deadline. */
         int64_t d = LOAD_RELAXED(&e->wdl);
@@ -466,8 +470,9 @@ int fern_connect(int fd, const struct sockaddr *addr, socklen_t len)
     }
     int err = 0;
     socklen_t el = sizeof err;
-    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0)
-        return -1;
+    long g = sys_getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
+    if (g < 0)
+        return (int)sys_err(g);
     if (err) {
         errno_set(err);
         return -1;
@@ -478,6 +483,12 @@ int fern_connect(int fd, const struct sockaddr *addr, socklen_t len)
 
 int fern_close(int fd)
 {
-    io_forget(fd);
-    return close(fd);
+    /* fern-hook's entry too, if it is loaded (hookapi.h): the raw close
+     * below is not its close. */
+    void (*hook)(int) = __atomic_load_n(&fern__hook_close, __ATOMIC_ACQUIRE);
+    if (hook)
+        hook(fd);
+    else
+        io_forget(fd);
+    return (int)sys_err(sys_close(fd));
 }
