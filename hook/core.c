@@ -25,6 +25,9 @@
 #include <time.h>
 
 int hk_on;
+#if defined(HK_SANITIZED)
+int hk_started;
+#endif
 
 void hk_names_resolve(void) HK_HIDDEN;
 
@@ -53,7 +56,12 @@ __attribute__((constructor)) static void hk_start(void)
     hk_names_resolve();
     lk_resolve();
     pthread_atfork(NULL, NULL, hk_child);
+    /* fern_close's raw close (src/io/io.c) drops our entry as close does. */
+    __atomic_store_n(&fern__hook_close, hk_drop, __ATOMIC_RELEASE);
     __atomic_store_n(&hk_on, on, __ATOMIC_RELAXED);
+#if defined(HK_SANITIZED)
+    __atomic_store_n(&hk_started, 1, __ATOMIC_RELEASE);
+#endif
 }
 
 /* Not inlined: errno's address must be computed after any park (hook.h). */

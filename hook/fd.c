@@ -165,7 +165,17 @@ static long hk_copied(int fd, long nfd)
 /* A managed descriptor (a socket, a pipe) closes at once; anything else may
  * be a file whose last close flushes it (NFS, FUSE): on a green thread that
  * close goes off the worker (file.c). */
-int close(int fd)
+static HK_EARLY_BODY int hk_close(int fd);
+HK_EARLY int close(int fd)
+{
+    if (HK_BEFORE_START())
+        return (int)HK_EARLY_RET(SYS_close, fd, 0, 0, 0);
+    return hk_close(fd);
+}
+
+/* close's hooked path: out of line, so that it is instrumented in a
+ * sanitizer build (close itself is HK_EARLY). */
+static int hk_close(int fd)
 {
     uint32_t st = hk_state(hk_fd_find(fd));
     hk_drop(fd);
@@ -230,12 +240,14 @@ static long hk_fcntl(int fd, int cmd, long arg)
     }
 }
 
-int fcntl(int fd, int cmd, ...)
+HK_EARLY int fcntl(int fd, int cmd, ...)
 {
     va_list ap;
     va_start(ap, cmd);
     long arg = va_arg(ap, long);
     va_end(ap);
+    if (HK_BEFORE_START())
+        return (int)HK_EARLY_RET(SYS_fcntl, fd, cmd, arg, 0);
     return (int)hk_ret(hk_fcntl(fd, cmd, arg));
 }
 
@@ -258,7 +270,12 @@ int pipe2(int fds[2], int flags)
     return (int)hk_ret(r);
 }
 
-int pipe(int fds[2]) { return pipe2(fds, 0); }
+HK_EARLY int pipe(int fds[2])
+{
+    if (HK_BEFORE_START())
+        return (int)HK_EARLY_RET(SYS_pipe2, fds, 0, 0, 0);
+    return pipe2(fds, 0);
+}
 
 int epoll_create1(int flags)
 {

@@ -422,15 +422,17 @@ int openat(int dfd, const char *path, int flags, ...)
     return (int)hk_ret(fresh(HK_FILE(SYS_openat, dfd, path, flags, mode), flags));
 }
 
-int open(const char *path, int flags, ...)
+HK_EARLY int open(const char *path, int flags, ...)
 {
     unsigned mode = 0;
-    if (wants_mode(flags)) {
+    if ((flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE) { /* wants_mode, not called */
         va_list ap;
         va_start(ap, flags);
         mode = va_arg(ap, unsigned);
         va_end(ap);
     }
+    if (HK_BEFORE_START())
+        return (int)HK_EARLY_RET(SYS_openat, AT_FDCWD, path, flags, mode);
     return (int)hk_ret(fresh(HK_FILE(SYS_openat, AT_FDCWD, path, flags, mode), flags));
 }
 
@@ -553,7 +555,12 @@ int renameat(int ofd, const char *from, int nfd, const char *to) { return rename
 int rename(const char *from, const char *to) { return renameat2(AT_FDCWD, from, AT_FDCWD, to, 0); }
 
 int mkdirat(int dfd, const char *path, mode_t mode) { return (int)hk_ret(HK_FILE(SYS_mkdirat, dfd, path, mode)); }
-int mkdir(const char *path, mode_t mode) { return mkdirat(AT_FDCWD, path, mode); }
+HK_EARLY int mkdir(const char *path, mode_t mode)
+{
+    if (HK_BEFORE_START())
+        return (int)HK_EARLY_RET(SYS_mkdirat, AT_FDCWD, path, mode, 0);
+    return mkdirat(AT_FDCWD, path, mode);
+}
 
 /* ---- sizes ---- */
 

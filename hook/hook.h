@@ -98,6 +98,52 @@ static inline long hk_do(const struct hk_call *c)
 /* ---- state ---- */
 extern int hk_on HK_HIDDEN; /* hooking on: set at load unless FERN_HOOK=0; off in a fork child */
 
+/* ---- entry points a sanitizer's runtime calls before it has started ----
+ * In an ASan or TSan build the hook itself is instrumented, and its code
+ * must not run before the sanitizer's runtime has set itself up (TSan's
+ * function-entry hook then faults on a thread it does not know yet). But
+ * the runtimes call some libc functions directly, and find ours: TSan's
+ * start-up with log_path makes the log's directory with mkdir, and
+ * libtsan and libasan also import fcntl, open, close and pipe. Those entry
+ * points are HK_EARLY (not instrumented): until the hook's constructor has
+ * run (hk_started; a sanitizer starts before any constructor), they make
+ * the raw call and set errno themselves (HK_EARLY_RET), touching nothing
+ * instrumented; after it, the usual hooked path. In a build without
+ * sanitizers HK_EARLY is nothing and HK_BEFORE_START() is 0. */
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define HK_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+#define HK_SANITIZED 1
+#endif
+#endif
+#if defined(HK_SANITIZED)
+extern int hk_started HK_HIDDEN;
+#if defined(__has_attribute) && __has_attribute(disable_sanitizer_instrumentation)
+#define HK_EARLY __attribute__((disable_sanitizer_instrumentation))
+#else
+#define HK_EARLY __attribute__((no_sanitize("address", "thread", "undefined")))
+#endif
+#define HK_BEFORE_START() __builtin_expect(!__atomic_load_n(&hk_started, __ATOMIC_ACQUIRE), 0)
+/* An HK_EARLY function's hooked path, kept out of line (so instrumented). */
+#define HK_EARLY_BODY __attribute__((noinline))
+#else
+#define HK_EARLY
+#define HK_BEFORE_START() 0
+#define HK_EARLY_BODY
+#endif
+/* The raw call nr(a, b, c, d) with libc's result: for HK_EARLY's path only
+ * (a statement expression: no function is called but __errno_location). */
+#define HK_EARLY_RET(nr, a, b, c, d)                                                               \
+    ({                                                                                             \
+        long r_ = ARCH_SYSCALL6((nr), (a), (b), (c), (d), 0, 0);                                   \
+        if (r_ < 0 && r_ > -4096) {                                                                \
+            errno = (int)-r_;                                                                      \
+            r_ = -1;                                                                               \
+        }                                                                                          \
+        r_;                                                                                        \
+    })
+
 static inline int hk_green(void)
 {
     return __atomic_load_n(&hk_on, __ATOMIC_RELAXED) && fern__hook_green();

@@ -8,6 +8,10 @@
  *
  *   long arch_syscall6(long nr, long a, long b, long c, long d, long e, long f)
  *        the kernel's return value (-errno on error)
+ *   ARCH_SYSCALL6(nr, a, b, c, d, e, f)
+ *        the same as an expression (no call): for fern-hook's entry points
+ *        that a sanitizer's runtime calls before it has started
+ *        (hook/hook.h: HK_EARLY), where no instrumented function may run
  *
  * Kept apart from arch.h, which the runtime includes everywhere.
  */

@@ -115,6 +115,23 @@ static inline void plock_unlock(struct plock *l)
 }
 
 
+/* ---- pcond: a condition variable for plock ----
+ * For the runtime's own helper threads (the blocking pool), which must not
+ * use pthread_cond_t for the same reason. A sequence word: pcond_wait
+ * reads it under the lock, unlocks, sleeps while it is unchanged (until
+ * the absolute fern_now_ns deadline, FERN_FOREVER for none), and locks
+ * again; signal and broadcast bump it and wake one or all sleepers.
+ * Wake-ups may be spurious: callers wait in a loop on their condition.
+ * Returns 0 or ETIMEDOUT. */
+struct pcond {
+    uint32_t seq;
+};
+#define PCOND_INIT {0}
+int pcond_wait(struct pcond *c, struct plock *l, int64_t deadline_ns);
+void pcond_signal(struct pcond *c);
+void pcond_broadcast(struct pcond *c);
+
+
 /* errno is at a per-kernel-thread address that glibc declares `const`, so
  * in a function that parks the compiler may reuse the address computed
  * before the park. Such functions read and write errno through these. */

@@ -36,3 +36,26 @@ void plock_lock_slow(struct plock *l)
     while (__atomic_exchange_n(&l->w, 2, __ATOMIC_ACQUIRE) != 0)
         futex_wait(&l->w, 2, FERN_FOREVER);
 }
+
+int pcond_wait(struct pcond *c, struct plock *l, int64_t deadline_ns)
+{
+    /* Read under l: a signal after the unlock changes the word first, and
+     * the futex then does not sleep. */
+    uint32_t s = __atomic_load_n(&c->seq, __ATOMIC_RELAXED);
+    plock_unlock(l);
+    int r = futex_wait(&c->seq, s, deadline_ns);
+    plock_lock(l);
+    return r == ETIMEDOUT ? ETIMEDOUT : 0;
+}
+
+void pcond_signal(struct pcond *c)
+{
+    __atomic_fetch_add(&c->seq, 1, __ATOMIC_RELAXED);
+    futex_wake(&c->seq, 1);
+}
+
+void pcond_broadcast(struct pcond *c)
+{
+    __atomic_fetch_add(&c->seq, 1, __ATOMIC_RELAXED);
+    futex_wake(&c->seq, INT32_MAX);
+}

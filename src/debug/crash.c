@@ -153,8 +153,8 @@ static void *dumper(void *arg)
 {
     char c;
     for (;;) {
-        ssize_t r = read(D.fd[0], &c, 1);
-        if (r < 0 && errno == EINTR)
+        long r = sys_read(D.fd[0], &c, 1);
+        if (r == -EINTR)
             continue;
         if (r <= 0 || c == 0)
             return NULL;
@@ -214,9 +214,9 @@ static void dump_start(void)
     } else if ((cur.sa_flags & SA_SIGINFO) ? cur.sa_sigaction != NULL : cur.sa_handler != SIG_DFL) {
         return;
     }
-    if (pipe2(D.fd, O_CLOEXEC))
+    if (sys_pipe2(D.fd, O_CLOEXEC))
         return;
-    fcntl(D.fd[1], F_SETFL, O_NONBLOCK);
+    sys_fcntl(D.fd[1], F_SETFL, O_NONBLOCK);
     pthread_attr_t a;
     pthread_attr_init(&a);
     pthread_attr_setstacksize(&a, (size_t)128 * 1024);
@@ -230,12 +230,11 @@ static void dump_start(void)
     if (r || sigaction(sig, &sa, &D.old)) {
         if (!r) {
             char zero = 0;
-            ssize_t w = write(D.fd[1], &zero, 1);
-            (void)w;
+            sys_write(D.fd[1], &zero, 1);
             pthread_join(D.thread, NULL);
         }
-        close(D.fd[0]);
-        close(D.fd[1]);
+        sys_close(D.fd[0]);
+        sys_close(D.fd[1]);
         D.fd[0] = D.fd[1] = -1;
         return;
     }
@@ -254,11 +253,11 @@ void crash_stop(void)
      * one short while the dumper ends only makes that scan hold back. */
     STORE_RELAXED(&D.sig, 0);
     char zero = 0;
-    while (write(D.fd[1], &zero, 1) < 0 && errno == EAGAIN)
-        usleep(1000); /* the pipe is full of queued dumps: let it drain */
+    while (sys_write(D.fd[1], &zero, 1) == -EAGAIN)
+        sys_sleep_ns(1000000); /* the pipe is full of queued dumps: let it drain */
     pthread_join(D.thread, NULL);
-    close(D.fd[0]);
-    close(D.fd[1]);
+    sys_close(D.fd[0]);
+    sys_close(D.fd[1]);
     D.fd[0] = D.fd[1] = -1;
 }
 

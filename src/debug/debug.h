@@ -14,23 +14,15 @@
 
 #include "io/io.h"
 #include "watch/watch.h"
-#include "arch/syscall.h"
+#include "base/sys.h"
 
-#include <sys/syscall.h>
+/* base/sys.h's sys_write is the dumps' write(2): never through libc, so
+ * never through fern-hook's write (which would park a green thread, or run
+ * its descriptor logic inside a signal handler), never touching errno. */
 
 /* debugmap.c: what a debugger reads (see there) */
 struct fern_debug_map;
 extern const struct fern_debug_map fern_debug_map;
-
-/* A write(2) that never goes through libc, so never through fern-hook's
- * write (which would park a green thread, or run its descriptor logic
- * inside a signal handler) and never touches errno: for the reports
- * written from signal handlers and the tracer's files. Returns the count
- * or -errno. */
-static inline long sys_write(int fd, const void *p, size_t n)
-{
-    return arch_syscall6(SYS_write, fd, (long)p, (long)n, 0, 0, 0);
-}
 
 /* debug.c */
 size_t fmt_u64(char *p, uint64_t v);

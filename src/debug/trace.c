@@ -43,7 +43,7 @@
  * crash report) formats each worker's last events into a file of its own.
  * The crash dump runs in a signal handler: it takes no lock (a flag that
  * it skips when set), allocates nothing, and makes only raw openat, write
- * and close system calls (sys_open: never fern-hook's). In file mode the
+ * and close system calls (base/sys.h: never fern-hook's). In file mode the
  * crash report parks the writer and appends the events it had not drained
  * (file_crash).
  */
@@ -112,16 +112,6 @@ static struct {
 } S = {.mu = PLOCK_INIT, .fd = -1};
 
 static __thread int32_t my_tid;
-
-/* The dumps' system calls, raw like sys_write (debug.h): they happen on a
- * green thread (fern_dump) or in a signal handler (a crash report), where
- * fern-hook's open, write and close would park a green thread or take its
- * locks. Each returns a descriptor or 0, or -errno. */
-static int sys_open(const char *path, int flags)
-{
-    return (int)arch_syscall6(SYS_openat, AT_FDCWD, (long)path, flags | O_CLOEXEC, 0644, 0, 0);
-}
-static int sys_close(int fd) { return (int)arch_syscall6(SYS_close, fd, 0, 0, 0, 0, 0); }
 
 static int32_t tid_self(void)
 {
@@ -1097,12 +1087,12 @@ static bool tsc_constant(void)
 {
 #if defined(__x86_64__)
     /* /proc/cpuinfo's first "flags" line names both features. */
-    int fd = open("/proc/cpuinfo", O_RDONLY | O_CLOEXEC);
+    int fd = (int)sys_open("/proc/cpuinfo", O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0)
         return false;
     static char buf[16384];
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
+    long n = sys_read(fd, buf, sizeof buf - 1);
+    sys_close(fd);
     if (n <= 0)
         return false;
     buf[n] = 0;
@@ -1316,7 +1306,7 @@ static void at_fork_child(void)
     S.active = false;
     S.writer_running = false;
     if (S.fd >= 0)
-        close(S.fd);
+        sys_close(S.fd);
     S.fd = -1;
     S.mu = (struct plock)PLOCK_INIT;
     S.reg_lock = 0;
@@ -1341,14 +1331,14 @@ static int start_locked(const char *spec, uint32_t events)
         return EINVAL;
     int fd = -1;
     if (ring) {
-        int d = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        int d = (int)sys_open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
         if (d < 0)
-            return errno;
-        close(d);
+            return -d;
+        sys_close(d);
     } else {
-        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        fd = (int)sys_open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (fd < 0)
-            return errno;
+            return -fd;
     }
     if (!events)
         events = ring ? EVENTS_RING : EVENTS_STREAM;
@@ -1357,12 +1347,12 @@ static int start_locked(const char *spec, uint32_t events)
         out = buf_alloc(events, ring);
         if (!out) {
             if (fd >= 0)
-                close(fd);
+                sys_close(fd);
             return ENOMEM;
         }
     }
     if (!ring && !W.buf && !(W.buf = malloc(OUT_CAP))) {
-        close(fd);
+        sys_close(fd);
         return ENOMEM;
     }
     strcpy(S.path, path);
@@ -1404,7 +1394,7 @@ static int start_locked(const char *spec, uint32_t events)
         int r = pthread_create(&S.writer, NULL, writer_main, NULL);
         if (r) {
             STORE(&trace_on, 0);
-            close(fd);
+            sys_close(fd);
             S.fd = -1;
             return r;
         }
@@ -1451,8 +1441,9 @@ int fern_trace_stop(void)
         format_end(&W, trace_clock(), dropped);
         if (W.err)
             r = W.err;
-        if (close(S.fd) && !r)
-            r = errno;
+        long c = sys_close(S.fd);
+        if (c && !r)
+            r = (int)-c;
         S.fd = -1;
         S.written = W.events;
         if (dropped)
@@ -1574,7 +1565,7 @@ static int ring_dump(char *out, size_t outsz)
     p += fmt_str(p, ".json", 8);
     *p = 0;
     int r = 0;
-    int fd = sys_open(out, O_WRONLY | O_CREAT | O_TRUNC);
+    int fd = (int)sys_open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         r = -fd;
     } else {

@@ -33,49 +33,32 @@ struct job {
     struct job *next;
 };
 
+/* BP.mu is a plock and its conditions pconds (base/base.h), not pthread's:
+ * with fern-hook loaded, libfern's own pthread_mutex_lock would be the
+ * hooked one, which parks a green thread that finds the mutex taken (by a
+ * helper, say). job_publish takes the lock in a post-switch action, where
+ * the thread that runs (the parked caller's successor) must not park: it
+ * would park inside its own switch, on the worker's post-switch path. A
+ * plock makes the worker wait in the kernel for the few instructions a
+ * helper holds it. */
 static struct {
-    pthread_mutex_t mu;
-    pthread_cond_t work, gone;
+    struct plock mu;
+    struct pcond work, gone;
     struct job *head, *tail;
     unsigned nqueued, nthreads, nidle, max;
     bool stopping;
-} BP = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
-        NULL, NULL, 0, 0, 0, 0, false};
-
-/* BP.mu is process-shared for fern-hook's sake: job_publish takes it in a
- * post-switch action, where the thread that runs (the parked caller's
- * successor) must not park, and with fern-hook loaded libfern's own
- * pthread_mutex_lock is the hooked one, which parks a green thread that
- * finds the mutex taken (by a helper, say). The successor then parked inside
- * its own switch, on the worker's post-switch path (ThreadSanitizer reported
- * the cluster inbox read by that nested park; test_hook_files_pool then
- * hung). fern-hook leaves a process-shared mutex to glibc (docs/hooks.md),
- * so the worker waits in the kernel for the few instructions a helper holds
- * it. Set before main, while the process has one thread. */
-__attribute__((constructor)) static void bp_mutex_init(void)
-{
-    pthread_mutexattr_t a;
-    if (pthread_mutexattr_init(&a))
-        return;
-    if (pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED) == 0) {
-        pthread_mutex_destroy(&BP.mu);
-        pthread_mutex_init(&BP.mu, &a);
-    }
-    pthread_mutexattr_destroy(&a);
-}
+} BP = {PLOCK_INIT, PCOND_INIT, PCOND_INIT, NULL, NULL, 0, 0, 0, 0, false};
 
 static void *helper_main(void *arg)
 {
     (void)arg;
     pthread_setname_np(pthread_self(), "fern-blocking"); /* for top, gdb and perf */
-    pthread_mutex_lock(&BP.mu);
+    plock_lock(&BP.mu);
     for (;;) {
+        int64_t idle_end = fern_now_ns() + HELPER_IDLE_NS;
         while (!BP.head && !BP.stopping) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += HELPER_IDLE_NS / 1000000000;
             BP.nidle++;
-            int r = pthread_cond_timedwait(&BP.work, &BP.mu, &ts);
+            int r = pcond_wait(&BP.work, &BP.mu, idle_end);
             BP.nidle--;
             if (r == ETIMEDOUT && !BP.head)
                 goto out;
@@ -87,7 +70,7 @@ static void *helper_main(void *arg)
         BP.head = j->next;
         if (!BP.head)
             BP.tail = NULL;
-        pthread_mutex_unlock(&BP.mu);
+        plock_unlock(&BP.mu);
         errno = 0;
         uint64_t caller = 0;
         if (unlikely(LOAD_RELAXED(&trace_on))) {
@@ -99,12 +82,12 @@ static void *helper_main(void *arg)
         waiter_wake(&j->wt); /* j may be gone from here on */
         if (caller)
             TRACE(trace_event(NULL, TR_BLOCK_END, caller, 0, 0));
-        pthread_mutex_lock(&BP.mu);
+        plock_lock(&BP.mu);
     }
 out:
     BP.nthreads--;
-    pthread_cond_broadcast(&BP.gone);
-    pthread_mutex_unlock(&BP.mu);
+    pcond_broadcast(&BP.gone);
+    plock_unlock(&BP.mu);
     return NULL;
 }
 
@@ -113,7 +96,7 @@ out:
 static void job_publish(void *arg)
 {
     struct job *j = arg;
-    pthread_mutex_lock(&BP.mu);
+    plock_lock(&BP.mu);
     if (!BP.max)
         BP.max = config.blocking_max;
     j->next = NULL;
@@ -138,8 +121,8 @@ static void job_publish(void *arg)
         }
         pthread_attr_destroy(&a);
     }
-    pthread_cond_signal(&BP.work);
-    pthread_mutex_unlock(&BP.mu);
+    pcond_signal(&BP.work);
+    plock_unlock(&BP.mu);
 }
 
 void *fern_blocking(void *(*fn)(void *), void *arg)
@@ -174,20 +157,20 @@ void *fern_blocking(void *(*fn)(void *), void *arg)
 
 void blocking_fini(void)
 {
-    pthread_mutex_lock(&BP.mu);
+    plock_lock(&BP.mu);
     BP.stopping = true;
-    pthread_cond_broadcast(&BP.work);
+    pcond_broadcast(&BP.work);
     while (BP.nthreads)
-        pthread_cond_wait(&BP.gone, &BP.mu);
+        pcond_wait(&BP.gone, &BP.mu, FERN_FOREVER);
     BP.stopping = false;
     BP.max = 0;
-    pthread_mutex_unlock(&BP.mu);
+    plock_unlock(&BP.mu);
 }
 
 unsigned blocking_threads(void)
 {
-    pthread_mutex_lock(&BP.mu);
+    plock_lock(&BP.mu);
     unsigned n = BP.nthreads;
-    pthread_mutex_unlock(&BP.mu);
+    plock_unlock(&BP.mu);
     return n;
 }

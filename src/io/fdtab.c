@@ -178,13 +178,12 @@ struct fdent *io_register(int fd, bool nonblock)
         }
         /* A TCP socket? (Header comment: where a short transfer drains.)
          * EPOLLPRI tells of urgent data, which stops a read short. */
-        int type = 0, proto = 0, saved = errno;
+        int type = 0, proto = 0;
         socklen_t tl = sizeof type, pl = sizeof proto;
-        bool sock = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0;
+        bool sock = sys_getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0;
         bool tcp = sock && type == SOCK_STREAM &&
-                   getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &pl) == 0 &&
+                   sys_getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &pl) == 0 &&
                    proto == IPPROTO_TCP;
-        errno = saved;
         STORE_RELAXED(&e->tcp, (uint8_t)tcp);
         STORE_RELAXED(&e->sock, (uint8_t)sock);
         struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET |

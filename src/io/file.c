@@ -223,7 +223,7 @@ static ssize_t file_prw(long nr, int fd, void *buf, size_t n, int64_t off)
         }
         return r;
     }
-    return nr == SYS_pread64 ? pread(fd, buf, n, (off_t)off) : pwrite(fd, buf, n, (off_t)off);
+    return sys_err(nr == SYS_pread64 ? sys_pread(fd, buf, n, off) : sys_pwrite(fd, buf, n, off));
 }
 
 ssize_t fern_pread(int fd, void *buf, size_t n, int64_t offset)

@@ -31,6 +31,13 @@ FERN__API int fern__hook_green(void);
  * number has a new owner. A no-op before the runtime starts. */
 FERN__API void fern__io_forget(int fd);
 
+/* fern_close closes raw (base/sys.h), where fern-hook's close cannot see
+ * it: when libfern-hook loads it sets this to its own bookkeeping for a
+ * closing descriptor (its waiters woken with EBADF, its entry dropped, then
+ * fern__io_forget), which fern_close calls in place of io_forget. NULL
+ * without the hook. */
+FERN__API extern void (*fern__hook_close)(int fd);
+
 struct fern__pollent {
     int fd;
     int dirs;               /* FERN_READ | FERN_WRITE */

@@ -17,6 +17,7 @@
  * with back-off within the write deadline.
  */
 #include "io.h"
+#include "io/hookapi.h"
 
 #include <limits.h>
 #include <poll.h>
@@ -49,6 +50,95 @@ static size_t st_ask_iov(const struct iovec *iov, size_t cnt)
     return st_ask(t);
 }
 
+/* The sanitizers' view of the raw transfers (base/sys.h). libc's read,
+ * write, ... would have gone through ASan's and TSan's interceptors, which
+ * check the buffer the kernel reads or fills and, under TSan, order a
+ * transfer after the sends before it (TSan syncs every socket on one
+ * object). A sanitizer build of libfern does the same here: SAN_IN and
+ * SAN_OUT take the call's result r (bytes moved, or -errno) and the buffer
+ * (or the iovecs) the kernel filled or read; SAN_SEND comes before a send or
+ * a connect, SAN_RECV after an accept.
+ * Only fern's own calls are seen this way: a send through libc in one thread
+ * and a fern_read in another are not ordered for TSan. Nothing in a build
+ * without sanitizers. */
+#if defined(FERN_ASAN) || defined(FERN_TSAN)
+/* As GCC declares them (its built-ins): address, size. */
+void __asan_loadN(void *p, long n);
+void __asan_storeN(void *p, long n);
+void __tsan_read_range(void *p, long n);
+void __tsan_write_range(void *p, long n);
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+#if defined(FERN_TSAN)
+static char san_fdsync; /* the object every send releases, every receive acquires */
+#endif
+
+static void san_range(const void *p, size_t n, bool in)
+{
+    if (!n)
+        return;
+#if defined(FERN_ASAN)
+    if (in)
+        __asan_storeN((void *)p, (long)n);
+    else
+        __asan_loadN((void *)p, (long)n);
+#else
+    if (in)
+        __tsan_write_range((void *)p, (long)n);
+    else
+        __tsan_read_range((void *)p, (long)n);
+#endif
+}
+
+static long san_iov(long r, const struct iovec *iov, size_t cnt, bool in)
+{
+    size_t left = r > 0 ? (size_t)r : 0;
+    for (size_t i = 0; i < cnt && left; i++) {
+        size_t k = iov[i].iov_len < left ? iov[i].iov_len : left;
+        san_range(iov[i].iov_base, k, in);
+        left -= k;
+    }
+#if defined(FERN_TSAN)
+    if (in && r >= 0)
+        __tsan_acquire(&san_fdsync);
+#endif
+    return r;
+}
+
+static long san_buf(long r, const void *p, bool in)
+{
+    struct iovec v = {(void *)p, r > 0 ? (size_t)r : 0};
+    return san_iov(r, &v, 1, in);
+}
+
+static void san_send(void)
+{
+#if defined(FERN_TSAN)
+    __tsan_release(&san_fdsync);
+#endif
+}
+
+static void san_recv(void)
+{
+#if defined(FERN_TSAN)
+    __tsan_acquire(&san_fdsync);
+#endif
+}
+#define SAN_IN(r, p) san_buf((r), (p), true)
+#define SAN_OUT(r, p) san_buf((r), (p), false)
+#define SAN_IN_IOV(r, iov, cnt) san_iov((r), (iov), (size_t)(cnt), true)
+#define SAN_OUT_IOV(r, iov, cnt) san_iov((r), (iov), (size_t)(cnt), false)
+#define SAN_SEND() san_send()
+#define SAN_RECV() san_recv()
+#else
+#define SAN_IN(r, p) (r)
+#define SAN_OUT(r, p) (r)
+#define SAN_IN_IOV(r, iov, cnt) (r)
+#define SAN_OUT_IOV(r, iov, cnt) (r)
+#define SAN_SEND() ((void)0)
+#define SAN_RECV() ((void)0)
+#endif
+
 static struct fdent *io_prepare(int fd) { return io_register(fd, true); }
 
 enum { IO_TIMEOUT = 0, IO_ERROR = -1 };
@@ -57,7 +147,7 @@ static int poll_now(int fd, int dirs)
 {
     struct pollfd p = {.fd = fd, .events = (short)((dirs & FERN_READ ? POLLIN : 0) |
                                                     (dirs & FERN_WRITE ? POLLOUT : 0))};
-    if (poll(&p, 1, 0) <= 0)
+    if (sys_poll(&p, 1, 0) <= 0)
         return 0;
     int ev = 0;
     if (p.revents & (POLLIN | POLLHUP | POLLERR | POLLRDHUP))
@@ -81,7 +171,7 @@ static __attribute__((noinline, cold)) int io_wait_poll(int fd, int dirs, int64_
                 return IO_TIMEOUT;
             ms = (int)((left + 999999) / 1000000);
         }
-        int r = poll(&p, 1, ms);
+        long r = sys_poll(&p, 1, ms);
         if (r > 0) {
             if (p.revents & POLLNVAL) {
                 errno_set(EBADF);
@@ -89,8 +179,10 @@ static __attribute__((noinline, cold)) int io_wait_poll(int fd, int dirs, int64_
             }
             return dirs;
         }
-        if (r < 0 && errno != EINTR)
+        if (r < 0 && r != -EINTR) {
+            errno_set((int)-r);
             return IO_ERROR;
+        }
     }
 }
 
@@ -284,15 +376,16 @@ static int io_await(int fd, struct fdent *e, int dir)
                 }                                                                                  \
                 m_ = st_begin(st_);                                                                \
             }                                                                                      \
-            ssize_t r_ = (call);                                                                   \
+            long r_ = (call); /* raw: the result or -errno (base/sys.h) */                        \
             if (r_ >= 0) {                                                                         \
                 if (ask_ && r_ > 0 && (size_t)r_ < ask_)                                           \
                     st_short(st_, m_);                                                             \
                 return r_;                                                                         \
             }                                                                                      \
-            int err_ = errno_get(); /* r_ is -1: not kept across the calls */                      \
-            if (err_ != EAGAIN && err_ != EWOULDBLOCK)                                             \
+            if (r_ != -EAGAIN && r_ != -EWOULDBLOCK) {                                             \
+                errno_set((int)-r_);                                                               \
                 return -1;                                                                         \
+            }                                                                                      \
             if (last_) {                                                                           \
                 errno_set(ETIMEDOUT);                                                              \
                 return -1;                                                                         \
@@ -308,7 +401,7 @@ static int io_await(int fd, struct fdent *e, int dir)
         if ((flags)&MSG_DONTWAIT) {                                                                \
             if (!io_prepare(fd))                                                                   \
                 return -1;                                                                         \
-            return (call);                                                                         \
+            return sys_err(call);                                                                  \
         }                                                                                          \
         IO_LOOP(fd, dir, ask, call);                                                               \
     } while (0)
@@ -351,22 +444,26 @@ int fern_wait_fd(int fd, int events, int64_t deadline_ns)
  * default action would end the whole process for one lost client (every
  * fern send call adds the flag too). Pipes and other fds keep write's
  * behaviour. `e` is the entry IO_LOOP prepared. */
-static ssize_t write_nosignal(const struct fdent *e, int fd, const void *buf, size_t n)
+static long write_nosignal(const struct fdent *e, int fd, const void *buf, size_t n)
 {
-    return LOAD_RELAXED(&e->sock) ? send(fd, buf, n, MSG_NOSIGNAL) : write(fd, buf, n);
+    SAN_SEND();
+    return SAN_OUT(LOAD_RELAXED(&e->sock) ? sys_sendto(fd, buf, n, MSG_NOSIGNAL, NULL, 0)
+                                          : sys_write(fd, buf, n),
+                   buf);
 }
 
-static ssize_t writev_nosignal(const struct fdent *e, int fd, const struct iovec *iov, int cnt)
+static long writev_nosignal(const struct fdent *e, int fd, const struct iovec *iov, int cnt)
 {
+    SAN_SEND();
     if (!LOAD_RELAXED(&e->sock) || cnt < 0)
-        return writev(fd, iov, cnt);
+        return SAN_OUT_IOV(sys_writev(fd, iov, cnt), iov, cnt > 0 ? cnt : 0);
     struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)cnt};
-    return sendmsg(fd, &m, MSG_NOSIGNAL);
+    return SAN_OUT_IOV(sys_sendmsg(fd, &m, MSG_NOSIGNAL), iov, cnt);
 }
 
 ssize_t fern_read(int fd, void *buf, size_t n)
 {
-    IO_LOOP(fd, FERN_READ, st_ask(n), read(fd, buf, n));
+    IO_LOOP(fd, FERN_READ, st_ask(n), SAN_IN(sys_read(fd, buf, n), buf));
 }
 ssize_t fern_write(int fd, const void *buf, size_t n)
 {
@@ -374,7 +471,8 @@ ssize_t fern_write(int fd, const void *buf, size_t n)
 }
 ssize_t fern_readv(int fd, const struct iovec *iov, int cnt)
 {
-    IO_LOOP(fd, FERN_READ, cnt > 0 ? st_ask_iov(iov, (size_t)cnt) : 0, readv(fd, iov, cnt));
+    IO_LOOP(fd, FERN_READ, cnt > 0 ? st_ask_iov(iov, (size_t)cnt) : 0,
+            SAN_IN_IOV(sys_readv(fd, iov, cnt), iov, cnt > 0 ? cnt : 0));
 }
 ssize_t fern_writev(int fd, const struct iovec *iov, int cnt)
 {
@@ -384,35 +482,36 @@ ssize_t fern_writev(int fd, const struct iovec *iov, int cnt)
 ssize_t fern_recv(int fd, void *buf, size_t n, int flags)
 {
     IO_LOOP_FLAGS(fd, FERN_READ, flags, flags & ~ST_RECV_FLAGS ? 0 : st_ask(n),
-                  recv(fd, buf, n, flags));
+                  SAN_IN(sys_recvfrom(fd, buf, n, flags, NULL, NULL), buf));
 }
 ssize_t fern_send(int fd, const void *buf, size_t n, int flags)
 {
     IO_LOOP_FLAGS(fd, FERN_WRITE, flags, flags & ~ST_SEND_FLAGS ? 0 : st_ask(n),
-                  send(fd, buf, n, flags | MSG_NOSIGNAL));
+                  (SAN_SEND(), SAN_OUT(sys_sendto(fd, buf, n, flags | MSG_NOSIGNAL, NULL, 0), buf)));
 }
 ssize_t fern_recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *from, socklen_t *fl)
 {
     IO_LOOP_FLAGS(fd, FERN_READ, flags, flags & ~ST_RECV_FLAGS ? 0 : st_ask(n),
-                  recvfrom(fd, buf, n, flags, from, fl));
+                  SAN_IN(sys_recvfrom(fd, buf, n, flags, from, fl), buf));
 }
 ssize_t fern_sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *to,
                     socklen_t tl)
 {
     IO_LOOP_FLAGS(fd, FERN_WRITE, flags, flags & ~ST_SEND_FLAGS ? 0 : st_ask(n),
-                  sendto(fd, buf, n, flags | MSG_NOSIGNAL, to, tl));
+                  (SAN_SEND(), SAN_OUT(sys_sendto(fd, buf, n, flags | MSG_NOSIGNAL, to, tl), buf)));
 }
 ssize_t fern_recvmsg(int fd, struct msghdr *m, int flags)
 {
     IO_LOOP_FLAGS(fd, FERN_READ, flags,
                   flags & ~ST_RECV_FLAGS || !m ? 0 : st_ask_iov(m->msg_iov, m->msg_iovlen),
-                  recvmsg(fd, m, flags));
+                  SAN_IN_IOV(sys_recvmsg(fd, m, flags), m ? m->msg_iov : NULL, m ? m->msg_iovlen : 0));
 }
 ssize_t fern_sendmsg(int fd, const struct msghdr *m, int flags)
 {
     IO_LOOP_FLAGS(fd, FERN_WRITE, flags,
                   flags & ~ST_SEND_FLAGS || !m ? 0 : st_ask_iov(m->msg_iov, m->msg_iovlen),
-                  sendmsg(fd, m, flags | MSG_NOSIGNAL));
+                  (SAN_SEND(), SAN_OUT_IOV(sys_sendmsg(fd, m, flags | MSG_NOSIGNAL),
+                                           m ? m->msg_iov : NULL, m ? m->msg_iovlen : 0)));
 }
 
 int fern_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
@@ -421,12 +520,12 @@ int fern_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags)
     if (!e)
         return -1;
     for (;;) {
-        int c = accept4(fd, addr, len, flags | SOCK_NONBLOCK);
+        long c = sys_accept4(fd, addr, len, flags | SOCK_NONBLOCK);
+        SAN_RECV();
         if (c >= 0)
-            return c;
-        int err = errno_get();
-        if (err != EAGAIN && err != EWOULDBLOCK)
-            return c;
+            return (int)c;
+        if (c != -EAGAIN && c != -EWOULDBLOCK)
+            return (int)sys_err(c);
         if (io_await(fd, e, FERN_READ))
             return -1;
     }
@@ -439,13 +538,14 @@ int fern_connect(int fd, const struct sockaddr *addr, socklen_t len)
         return -1;
     int64_t backoff = 100000;
     for (;;) {
-        if (connect(fd, addr, len) == 0)
+        SAN_SEND();
+        long c = sys_connect(fd, addr, len);
+        if (c == 0)
             return 0;
-        int err = errno_get();
-        if (err == EINPROGRESS)
+        if (c == -EINPROGRESS)
             break;
-        if (err != EAGAIN)
-            return -1;
+        if (c != -EAGAIN)
+            return (int)sys_err(c);
         /* A full AF_UNIX backlog says EAGAIN and gives no edge to wait
          * for: retry with back-off within the write deadline. */
         int64_t d = LOAD_RELAXED(&e->wdl);
@@ -466,8 +566,9 @@ int fern_connect(int fd, const struct sockaddr *addr, socklen_t len)
     }
     int err = 0;
     socklen_t el = sizeof err;
-    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0)
-        return -1;
+    long g = sys_getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
+    if (g < 0)
+        return (int)sys_err(g);
     if (err) {
         errno_set(err);
         return -1;
@@ -478,6 +579,12 @@ int fern_connect(int fd, const struct sockaddr *addr, socklen_t len)
 
 int fern_close(int fd)
 {
-    io_forget(fd);
-    return close(fd);
+    /* fern-hook's entry too, if it is loaded (hookapi.h): the raw close
+     * below is not its close. */
+    void (*hook)(int) = __atomic_load_n(&fern__hook_close, __ATOMIC_ACQUIRE);
+    if (hook)
+        hook(fd);
+    else
+        io_forget(fd);
+    return (int)sys_err(sys_close(fd));
 }

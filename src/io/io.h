@@ -19,6 +19,7 @@
 #define FERN_IO_H
 
 #include "sync/sync.h"
+#include "base/sys.h"
 
 #include <linux/io_uring.h>
 #include <stdio.h>

@@ -18,6 +18,8 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 
+void (*fern__hook_close)(int fd);
+
 int fern__hook_green(void) { return thread_current() != NULL; }
 
 int fern__cancel_due(void) { return cancel_due(thread_current()); }

@@ -35,10 +35,11 @@ struct poller IO = {-1, -1, 0, 0, 0, 0};
 
 int io_init(void)
 {
-    IO.epfd = epoll_create1(EPOLL_CLOEXEC);
+    long ep = sys_epoll_create1(EPOLL_CLOEXEC);
+    IO.epfd = ep < 0 ? -1 : (int)ep;
     IO.evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (IO.epfd < 0 || IO.evfd < 0) {
-        int e = errno;
+        int e = ep < 0 ? (int)-ep : errno;
         io_fini();
         return e;
     }
@@ -62,9 +63,9 @@ void io_fini(void)
 {
     uring_fini();
     if (IO.epfd >= 0)
-        close(IO.epfd);
+        sys_close(IO.epfd);
     if (IO.evfd >= 0)
-        close(IO.evfd);
+        sys_close(IO.evfd);
     fdtab_fini();
     IO.epfd = IO.evfd = -1;
     IO.waiters = IO.poll_owner = IO.wake_pending = 0;
@@ -86,8 +87,7 @@ static void io_dispatch(struct epoll_event *ev, bool owner)
          * read it, the owner's epoll_wait would find nothing and sleep on. */
         if (owner) {
             uint64_t v;
-            ssize_t r = read(IO.evfd, &v, sizeof v);
-            (void)r;
+            sys_read(IO.evfd, &v, sizeof v);
             STORE_RELAXED(&IO.wake_pending, 0);
         }
         return;
@@ -148,7 +148,7 @@ static int io_poll_for(int64_t timeout_ns, bool owner)
 {
     struct epoll_event evs[64];
     int ms = timeout_ns == FERN_FOREVER ? -1 : (int)((timeout_ns + 999999) / 1000000);
-    int n = epoll_wait(IO.epfd, evs, 64, ms);
+    int n = (int)sys_epoll_wait(IO.epfd, evs, 64, ms);
     int handled = 0;
     /* On a worker, the threads the events wake go to its `soon` list in
      * order, not its hand-off slot (sched/ready.c: ready_from): they run before
@@ -215,7 +215,6 @@ void io_wake(void)
     if (__atomic_exchange_n(&IO.wake_pending, 1, __ATOMIC_ACQ_REL))
         return;
     uint64_t one = 1;
-    ssize_t r = write(IO.evfd, &one, sizeof one);
-    (void)r;
+    sys_write(IO.evfd, &one, sizeof one);
 }
 

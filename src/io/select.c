@@ -195,7 +195,7 @@ static bool fd_round(fern_select_case *cases, size_t n, struct fdcase *fc)
         pf[np].revents = 0;
         at[np++] = (uint8_t)i;
     }
-    if (np && poll(pf, np, 0) > 0) {
+    if (np && sys_poll(pf, (unsigned)np, 0) > 0) {
         for (size_t k = 0; k < np; k++) {
             short rv = pf[k].revents;
             if (!rv)

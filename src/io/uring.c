@@ -98,9 +98,9 @@ static void ring_free(struct uring *r)
     if (r->sq_map && r->sq_map != MAP_FAILED)
         munmap(r->sq_map, r->sq_len);
     if (r->evfd >= 0)
-        close(r->evfd);
+        sys_close(r->evfd);
     if (r->fd >= 0)
-        close(r->fd);
+        sys_close(r->fd);
     free(r);
 }
 

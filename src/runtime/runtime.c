@@ -4,6 +4,7 @@
  * explicit or implicit, and fern_shutdown).
  */
 #include "runtime/runtime.h"
+#include "base/sys.h"
 
 #include <unistd.h>
 #ifdef FERN_TSAN
@@ -159,8 +160,7 @@ int fern_shutdown(void)
      * they end, so the runtime is still whole here. */
     int64_t grace_end = fern_now_ns() + config.shutdown_grace_ns;
     while (threads_cancel_all() && fern_now_ns() < grace_end) {
-        struct timespec nap = {0, 1000000};
-        nanosleep(&nap, NULL);
+        sys_sleep_ns(1000000);
     }
     unsigned left = threads_report_unfinished(NULL, 0);
     if (left) {

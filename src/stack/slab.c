@@ -35,6 +35,7 @@
  * guards_*) are relaxed, for fern_stats.
  */
 #include "stack/slab.h"
+#include "base/sys.h"
 
 
 #include <fcntl.h>
@@ -74,11 +75,11 @@ int stack_class(size_t size, size_t *rounded)
 static bool page_refuses_access(const char *p)
 {
     int fd[2];
-    if (pipe2(fd, O_CLOEXEC) != 0)
+    if (sys_pipe2(fd, O_CLOEXEC) != 0)
         return true;
-    bool refused = write(fd[1], p, 1) < 0 && errno == EFAULT;
-    close(fd[0]);
-    close(fd[1]);
+    bool refused = sys_write(fd[1], p, 1) == -EFAULT;
+    sys_close(fd[0]);
+    sys_close(fd[1]);
     return refused;
 }
 

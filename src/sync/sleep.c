@@ -5,6 +5,7 @@
  * canceller: a cancellation point); a plain thread sleeps in the kernel.
  */
 #include "sync/sync.h"
+#include "base/sys.h"
 
 #include <time.h>
 
@@ -15,7 +16,7 @@ int fern_sleep_until(int64_t deadline_ns)
     fern_thread *self = thread_current();
     if (!self) {
         struct timespec ts = {deadline_ns / 1000000000, deadline_ns % 1000000000};
-        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        while (sys_clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == -EINTR)
             ;
         return 0;
     }

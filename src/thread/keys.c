@@ -28,7 +28,11 @@ static struct {
 
 static __thread struct keyval *plain_keys;
 static pthread_key_t plain_pkey;
-static pthread_once_t plain_once = PTHREAD_ONCE_INIT;
+/* Made once, by the first plain thread that sets a key. Not pthread_once:
+ * fern-hook interposes it (base/base.h says why the runtime's own locks
+ * are plocks); a plain thread may sleep on the plock in the kernel. */
+static struct plock plain_once_lock = PLOCK_INIT;
+static bool plain_once_done;
 
 static void plain_keys_exit(void *p)
 {
@@ -37,7 +41,17 @@ static void plain_keys_exit(void *p)
     keys_run_dtors(&v);
 }
 
-static void plain_once_init(void) { pthread_key_create(&plain_pkey, plain_keys_exit); }
+static void plain_once(void)
+{
+    if (LOAD(&plain_once_done))
+        return;
+    plock_lock(&plain_once_lock);
+    if (!plain_once_done) {
+        pthread_key_create(&plain_pkey, plain_keys_exit);
+        STORE(&plain_once_done, true);
+    }
+    plock_unlock(&plain_once_lock);
+}
 
 int fern_key_create(fern_key *key, void (*dtor)(void *))
 {
@@ -106,7 +120,7 @@ int fern_setspecific(fern_key key, const void *value)
             return ENOMEM;
         *slot = v;
         if (slot == &plain_keys) {
-            pthread_once(&plain_once, plain_once_init);
+            plain_once();
             pthread_setspecific(plain_pkey, v);
         }
     }

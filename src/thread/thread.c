@@ -28,6 +28,7 @@
 #include "sched/hibernate.h"
 #include "io/hookapi.h"
 #include "base/probes.h"
+#include "base/sys.h"
 
 #include <stdio.h>
 #include <unistd.h>
@@ -105,8 +106,7 @@ static bool tsan_fiber_take(void)
     if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED)) {
         static const char msg[] = "fern: ThreadSanitizer build: more than FERN_TSAN_THREADS_MAX (7,000) "
                                   "live green threads; fern_spawn returns EAGAIN\n";
-        ssize_t r = write(2, msg, sizeof msg - 1);
-        (void)r;
+        sys_write(2, msg, sizeof msg - 1);
     }
     return false;
 }

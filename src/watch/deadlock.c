@@ -62,6 +62,7 @@
  * (until some thread runs again), also after two consecutive scans.
  */
 #include "watch/backtrace.h"
+#include "base/sys.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -125,11 +126,11 @@ static bool read_word_pipe(const void *addr, void **out)
     pid_t me = getpid();
     if (R.pid != me) {
         if (R.fd[0] >= 0) {
-            close(R.fd[0]);
-            close(R.fd[1]);
+            sys_close(R.fd[0]);
+            sys_close(R.fd[1]);
         }
         R.fd[0] = R.fd[1] = -1;
-        if (pipe2(R.fd, O_CLOEXEC | O_NONBLOCK))
+        if (sys_pipe2(R.fd, O_CLOEXEC | O_NONBLOCK))
             return false;
         R.pid = me;
     }
