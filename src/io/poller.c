@@ -6,8 +6,10 @@
  * Polling is woven into the scheduler, with no poller thread:
  *  - an idle worker polls without blocking before it goes to sleep;
  *  - one idle worker at a time (the poll owner) sleeps in epoll_wait instead
- *    of on its futex, with its earliest timer as the timeout; cluster_wake
- *    interrupts it through the eventfd;
+ *    of on its futex, with its earliest timer as the timeout (to the
+ *    nanosecond, epoll_pwait2: epoll_wait's whole milliseconds made every
+ *    sleeper of that worker up to 1 ms late while any fd or io_uring op was
+ *    waited on); cluster_wake interrupts it through the eventfd;
  *  - a busy worker polls without blocking every 64 scheduling ticks while
  *    anyone waits on an fd, so ready fds are served even under load.
  * An event ticks the entry's state word and readies the threads it claims
@@ -25,8 +27,11 @@
  */
 #include "io.h"
 #include "sched/trace.h"
+#include "arch/syscall.h"
 
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #define EV_WAKE UINT64_MAX
@@ -143,12 +148,32 @@ static void io_dispatch(struct epoll_event *ev, bool owner)
         waiters_release(pq, 0);
 }
 
+/* Does the kernel have epoll_pwait2 (Linux 5.11)? Cleared by the first
+ * ENOSYS (an old kernel, a seccomp filter, qemu-user), after which a timed
+ * sleep rounds up to epoll_wait's whole milliseconds, as before. The raw
+ * call: glibc before 2.35 has no wrapper. */
+static bool have_pwait2 = true;
+
+/* epoll_wait with a nanosecond timeout (0: do not block; FERN_FOREVER:
+ * none). Returns the number of events or -errno (errno untouched). */
+static int poller_wait(struct epoll_event *evs, int max, int64_t timeout_ns)
+{
+    if (timeout_ns > 0 && timeout_ns != FERN_FOREVER && LOAD_RELAXED(&have_pwait2)) {
+        struct timespec ts = {timeout_ns / 1000000000, timeout_ns % 1000000000};
+        long n = arch_syscall6(SYS_epoll_pwait2, IO.epfd, (long)evs, max, (long)&ts, 0, 0);
+        if (n != -ENOSYS)
+            return (int)n;
+        STORE_RELAXED(&have_pwait2, false);
+    }
+    int ms = timeout_ns == FERN_FOREVER ? -1 : (int)((timeout_ns + 999999) / 1000000);
+    return (int)sys_epoll_wait(IO.epfd, evs, max, ms);
+}
+
 /* Poll and dispatch; timeout_ns 0 = do not block. Returns events handled. */
 static int io_poll_for(int64_t timeout_ns, bool owner)
 {
     struct epoll_event evs[64];
-    int ms = timeout_ns == FERN_FOREVER ? -1 : (int)((timeout_ns + 999999) / 1000000);
-    int n = (int)sys_epoll_wait(IO.epfd, evs, 64, ms);
+    int n = poller_wait(evs, 64, timeout_ns);
     int handled = 0;
     /* On a worker, the threads the events wake go to its `soon` list in
      * order, not its hand-off slot (sched/ready.c: ready_from): they run before
