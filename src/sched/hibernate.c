@@ -724,18 +724,28 @@ static void item_of(struct item *it, fern_thread *t)
  * other on one object sit side by side, and are woken so too (a broadcast
  * walks them in order; a mutex hands itself to its heirs in order), so one
  * restore, a few system calls, serves all of them. */
+/* restore_near's walk, one slot: false when the slot holds no thread
+ * parked on obj (the walk ends there); else a hibernated one is taken to
+ * H_RESTORING and added to v. */
+static bool claim_near(fern_thread **slot, const void *obj, struct item *v, unsigned *n)
+{
+    fern_thread *u = own_load(slot);
+    uint8_t h = H_DONE;
+    if (!u || !obj || LOAD_RELAXED(&u->wait_obj) != obj)
+        return false;
+    if (LOAD(&u->hib) == H_DONE && CAS(&u->hib, &h, H_RESTORING))
+        item_of(&v[(*n)++], u);
+    return true;
+}
+
 static void restore_near(fern_thread *t, const struct slot_ref *r, const void *obj, int how)
 {
     struct item v[HIB_TOUCH_BATCH];
     unsigned n = 0, below = 0;
     /* Below t first, nearest first, then put in address order. */
     for (size_t j = r->index; j-- > 0 && n < HIB_TOUCH_BATCH / 2;) {
-        fern_thread *u = own_load(&r->owners[j]);
-        uint8_t h = H_DONE;
-        if (!u || !obj || LOAD_RELAXED(&u->wait_obj) != obj)
+        if (!claim_near(&r->owners[j], obj, v, &n))
             break;
-        if (LOAD(&u->hib) == H_DONE && CAS(&u->hib, &h, H_RESTORING))
-            item_of(&v[n++], u);
     }
     below = n;
     for (unsigned i = 0; i < below / 2; i++) {
@@ -745,12 +755,8 @@ static void restore_near(fern_thread *t, const struct slot_ref *r, const void *o
     }
     item_of(&v[n++], t);
     for (size_t j = r->index + 1; j < r->nslots && n < HIB_TOUCH_BATCH; j++) {
-        fern_thread *u = own_load(&r->owners[j]);
-        uint8_t h = H_DONE;
-        if (!u || !obj || LOAD_RELAXED(&u->wait_obj) != obj)
+        if (!claim_near(&r->owners[j], obj, v, &n))
             break;
-        if (LOAD(&u->hib) == H_DONE && CAS(&u->hib, &h, H_RESTORING))
-            item_of(&v[n++], u);
     }
     if (how == R_AHEAD && n == 1)
         how = R_SELF; /* alone: nothing stays parked */
