@@ -126,6 +126,17 @@ struct World {
     std::atomic<long> ready{0}, intact{0};
 };
 
+// Lets every park_and_check of w return (from a green thread: the broadcast
+// wakes hibernated waiters). Returns run_green's result.
+int release_all(World *w) {
+    return run_green([w] {
+        fern_mutex_lock(&w->mu);
+        w->go = true;
+        fern_cond_broadcast(&w->cv);
+        fern_mutex_unlock(&w->mu);
+    });
+}
+
 // The parked body: a Slot (and, for odd i, 8 KiB more) live on its stack.
 __attribute__((noinline)) void park_and_check(World *w, long i, volatile uint8_t *big) {
     Slot s{};
@@ -217,12 +228,7 @@ void foreign_touches_kept(long n) {
     EXPECT_EQ(0, wrong.load());
     EXPECT_GT(stats().hibernate_touches, touches0);
 
-    ASSERT_EQ(0, run_green([&] {
-        fern_mutex_lock(&w.mu);
-        w.go = true;
-        fern_cond_broadcast(&w.cv);
-        fern_mutex_unlock(&w.mu);
-    }));
+    ASSERT_EQ(0, release_all(&w));
     for (auto *t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
     EXPECT_EQ(n, w.intact.load());
     EXPECT_EQ(0u, stats().hibernated);
@@ -283,18 +289,14 @@ TEST_F(Hibernate, SealedRunsGiveTheirPageTablesBack) {
     // (Under AddressSanitizer, VmPTE also holds the shadow of every stack
     // and heap block: only the touches and the wake-up below are checked.)
     long grown = vm_pte_kib() - pte0;
-    if (!kAsan)
+    if (!kAsan) {
         EXPECT_LT(grown * 1024 / n, 100) << grown << " KiB of page tables for " << n << " threads";
+    }
     // Touches through pointers unseal the runs and restore the stacks,
     // from the middle of a run first.
     EXPECT_EQ(0, touch_range(&w, n / 2, n));
     EXPECT_EQ(0, touch_range(&w, 0, n / 2));
-    ASSERT_EQ(0, run_green([&] {
-        fern_mutex_lock(&w.mu);
-        w.go = true;
-        fern_cond_broadcast(&w.cv);
-        fern_mutex_unlock(&w.mu);
-    }));
+    ASSERT_EQ(0, release_all(&w));
     for (auto *t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
     EXPECT_EQ(n, w.intact.load());
     EXPECT_EQ(0u, stats().hibernated);
@@ -317,12 +319,7 @@ TEST_F(Hibernate, DelayKeptWithStamps) {
     // the part of it the first look came after; never all at once.
     EXPECT_GT(waited, std::chrono::milliseconds(100));
     EXPECT_EQ(0, touch_range(&w, 0, 64)); // park_and_check wants the foreign words
-    ASSERT_EQ(0, run_green([&] {
-        fern_mutex_lock(&w.mu);
-        w.go = true;
-        fern_cond_broadcast(&w.cv);
-        fern_mutex_unlock(&w.mu);
-    }));
+    ASSERT_EQ(0, release_all(&w));
     for (auto *t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
     EXPECT_EQ(64, w.intact.load());
 }
@@ -358,12 +355,7 @@ void forked_child_restores_its_copy() {
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "child status " << st;
     EXPECT_GE(stats().hibernated + stats().hibernate_restores, 1u);
     touch_range(&w, 0, 1); // the parent's stack: its own bytes, its own writes
-    ASSERT_EQ(0, run_green([&] {
-        fern_mutex_lock(&w.mu);
-        w.go = true;
-        fern_cond_broadcast(&w.cv);
-        fern_mutex_unlock(&w.mu);
-    }));
+    ASSERT_EQ(0, release_all(&w));
     ASSERT_EQ(0, fern_join(a, nullptr));
     EXPECT_EQ(1, w.intact.load());
 }
@@ -597,12 +589,7 @@ TEST_F(Hibernate, OptOutNeverHibernated) {
     EXPECT_TRUE(resident(w.slots[0]));
     EXPECT_FALSE(resident(w.slots[1]));
     touch_range(&w, 0, 2);
-    ASSERT_EQ(0, run_green([&] {
-        fern_mutex_lock(&w.mu);
-        w.go = true;
-        fern_cond_broadcast(&w.cv);
-        fern_mutex_unlock(&w.mu);
-    }));
+    ASSERT_EQ(0, release_all(&w));
     ASSERT_EQ(0, fern_join(a, nullptr));
     ASSERT_EQ(0, fern_join(b, nullptr));
     EXPECT_EQ(2, w.intact.load());
@@ -680,12 +667,7 @@ TEST_F(Hibernate, TouchesDuringHibernationKept) {
         rounds++;
     }
     EXPECT_GE(stats().hibernations, h0 + (uint64_t)n * 5);
-    ASSERT_EQ(0, run_green([&] {
-        fern_mutex_lock(&w.mu);
-        w.go = true;
-        fern_cond_broadcast(&w.cv);
-        fern_mutex_unlock(&w.mu);
-    }));
+    ASSERT_EQ(0, release_all(&w));
     for (auto *t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
     EXPECT_EQ(n, w.intact.load());
 }
@@ -762,12 +744,7 @@ TEST_F(Hibernate, TracedTouchRestores) {
     ASSERT_EQ(0, fern_trace_stop());
     EXPECT_EQ(0, wrong.load());
     EXPECT_GT(touched, 0u);
-    ASSERT_EQ(0, run_green([&] {
-        fern_mutex_lock(&w.mu);
-        w.go = true;
-        fern_cond_broadcast(&w.cv);
-        fern_mutex_unlock(&w.mu);
-    }));
+    ASSERT_EQ(0, release_all(&w));
     for (auto *t : ts) ASSERT_EQ(0, fern_join(t, nullptr));
     EXPECT_EQ(n, w.intact.load());
     FILE *f = fopen(path, "r");
