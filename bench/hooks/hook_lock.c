@@ -41,6 +41,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "hook_sqlite_db.h"
 #include "hook_ticker.h"
 
 #define N 200
@@ -246,12 +247,8 @@ int main(int argc, char **argv)
         n = workers;
         workers = 2;
         snprintf(dbpath, sizeof dbpath, "/tmp/fern-hooklock-%d.db", (int)getpid());
-        sqlite3 *db;
-        if (sqlite3_open(dbpath, &db) != SQLITE_OK ||
-            sqlite3_exec(db, "PRAGMA journal_mode=WAL; CREATE TABLE t(a INTEGER, b INTEGER);", NULL,
-                         NULL, NULL) != SQLITE_OK)
+        if (hook_sqlite_db_create(dbpath) != 0)
             return 1;
-        sqlite3_close(db);
     }
     sem_init(&sem, 0, 20);
     if (!strcmp(scen, "rwsempw")) {
@@ -302,12 +299,7 @@ int main(int argc, char **argv)
     long rows = -1;
     if (!strcmp(scen, "sqlite")) {
         rows = sqlite_rows();
-        char p[300];
-        unlink(dbpath);
-        snprintf(p, sizeof p, "%s-wal", dbpath);
-        unlink(p);
-        snprintf(p, sizeof p, "%s-shm", dbpath);
-        unlink(p);
+        hook_sqlite_db_remove(dbpath);
     }
     printf("{\"bench\": \"hook-lock\", \"scenario\": \"%s\", \"mode\": \"%s\", \"hooked\": %s, \"workers\": %d,"
            " \"threads\": %d, \"wall_s\": %.4f, \"ticker_late_max_ms\": %.2f,"

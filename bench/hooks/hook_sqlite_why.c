@@ -33,6 +33,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "hook_sqlite_db.h"
+
 #define MAXT 1000
 
 static const unsigned char delay_ms[] = {1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100};
@@ -143,12 +145,8 @@ int main(int argc, char **argv)
     if (argc > 3)
         ntx = atoi(argv[3]);
     snprintf(dbpath, sizeof dbpath, "/tmp/fern-sqlitewhy-%d.db", (int)getpid());
-    sqlite3 *db;
-    if (sqlite3_open(dbpath, &db) != SQLITE_OK ||
-        sqlite3_exec(db, "PRAGMA journal_mode=WAL; CREATE TABLE t(a INTEGER, b INTEGER);", NULL, NULL,
-                     NULL) != SQLITE_OK)
+    if (hook_sqlite_db_create(dbpath) != 0)
         return 1;
-    sqlite3_close(db);
     fern_thread **gt = calloc((size_t)nthreads, sizeof *gt);
     pthread_t *pt = calloc((size_t)nthreads, sizeof *pt);
     if (green) {
@@ -175,11 +173,6 @@ int main(int argc, char **argv)
            (double)hold_ns / 1e6 / (double)tx, (double)gap_ns / 1e9, (long long)gaps_long, (long long)again,
            (long long)busy_calls, busy_calls ? (double)(slept_got - slept_ask) / 1e3 / (double)busy_calls : 0.0,
            (double)end_bins / n_end, (double)end_first_due / 1e6 / n_end, (long long)errors);
-    char p[300];
-    unlink(dbpath);
-    snprintf(p, sizeof p, "%s-wal", dbpath);
-    unlink(p);
-    snprintf(p, sizeof p, "%s-shm", dbpath);
-    unlink(p);
+    hook_sqlite_db_remove(dbpath);
     return errors != 0;
 }
