@@ -52,6 +52,15 @@
 
 #define KSIGSET (_NSIG / 8)
 
+/* NO_EINTR_UNMASKED: a zero-timeout check without the caller's mask is
+ * retried when it fails with EINTR. Linux fails select and poll with EINTR
+ * when any handler runs during the call, even a zero-timeout one and even
+ * under SA_RESTART, and fern's own preemption tick (or ThreadSanitizer's
+ * deferral of it) can land in that instant: the caller would see an EINTR
+ * for a signal it never sent. A parked green thread is not interrupted by
+ * signals either (header comment), so neither is its check. With a mask,
+ * EINTR is the mask's point and is returned. */
+
 static long raw_ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *m)
 {
     return hk_sys(SYS_ppoll, fds, n, ts, m, KSIGSET);
@@ -63,8 +72,12 @@ static long raw_ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, c
  * with EFAULT. */
 static long poll_now(struct pollfd *fds, nfds_t n, const sigset_t *mask)
 {
-    struct timespec ts = {0, 0};
-    return hk_sys(SYS_ppoll, fds, n, &ts, mask, KSIGSET);
+    long r;
+    do {
+        struct timespec ts = {0, 0};
+        r = hk_sys(SYS_ppoll, fds, n, &ts, mask, KSIGSET);
+    } while (r == -EINTR && !mask); /* see NO_EINTR_UNMASKED */
+    return r;
 }
 
 /* Does mask let in a signal the calling kernel thread blocks? Then the
@@ -305,11 +318,15 @@ struct ksigmask {
  * something is ready (or at the end). */
 static long sel_check(struct sel *s, int final, const sigset_t *mask)
 {
-    fd_set r = s->in_r, w = s->in_w, e = s->in_e;
-    struct timespec z = {0, 0};
-    struct ksigmask sm = {mask, KSIGSET};
-    long n = hk_sys(SYS_pselect6, s->nfds, s->r ? &r : NULL, s->w ? &w : NULL, s->e ? &e : NULL,
-                    &z, mask ? &sm : NULL);
+    fd_set r, w, e;
+    long n;
+    do { /* see NO_EINTR_UNMASKED */
+        r = s->in_r, w = s->in_w, e = s->in_e;
+        struct timespec z = {0, 0};
+        struct ksigmask sm = {mask, KSIGSET};
+        n = hk_sys(SYS_pselect6, s->nfds, s->r ? &r : NULL, s->w ? &w : NULL, s->e ? &e : NULL,
+                   &z, mask ? &sm : NULL);
+    } while (n == -EINTR && !mask);
     if (n > 0 || (n == 0 && final)) {
         if (s->r)
             *s->r = r;

@@ -9,6 +9,10 @@
 #include <sys/select.h>
 #include <sys/socket.h>
 
+#include <atomic>
+#include <csignal>
+#include <thread>
+
 using namespace hook_test;
 
 namespace {
@@ -348,6 +352,63 @@ TEST(HookPoll, PlainThreadIsLibc) {
     struct pollfd bad = {p[0], POLLIN, 0};
     EXPECT_EQ(poll(&bad, 1, 0), 1);
     EXPECT_EQ(bad.revents, POLLNVAL);
+}
+
+// A handler that runs on the worker while a green thread's zero-timeout
+// check is in the kernel fails select and poll with EINTR (Linux does so
+// even under SA_RESTART). The signal was not the caller's to see: fern's own
+// preemption tick lands there too, and a parked wait is not interrupted by
+// signals either. Without a mask of the caller's, the checks retry.
+std::atomic<long> g_usr1{0};
+void count_usr1(int) { g_usr1.fetch_add(1, std::memory_order_relaxed); }
+
+TEST(HookPoll, ChecksDoNotFailWithEintrTheCallerDidNotAsk) {
+    struct sigaction sa = {}, old;
+    sa.sa_handler = count_usr1;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    ASSERT_EQ(sigaction(SIGUSR1, &sa, &old), 0);
+    int p[2];
+    ASSERT_EQ(pipe(p), 0);
+    OneWorker w;
+    std::atomic<pid_t> tid{0};
+    std::atomic<bool> done{false};
+    std::thread killer([&] {
+        while (!tid.load()) usleep(100);
+        int64_t end = fern_now_ns() + ms(3000);
+        while (!done.load() && fern_now_ns() < end) {
+            syscall(SYS_tgkill, getpid(), tid.load(), SIGUSR1);
+            usleep(20);
+        }
+    });
+    long fails[3] = {0, 0, 0}, rounds = 0;
+    w.run([&] {
+        tid.store((pid_t)syscall(SYS_gettid));
+        int64_t end = fern_now_ns() + ms(1500);
+        for (; rounds < 200000 && fern_now_ns() < end; rounds++) {
+            struct pollfd f = {p[0], POLLIN, 0};
+            fails[0] += poll(&f, 1, 0) != 0;
+            fd_set r;
+            FD_ZERO(&r);
+            FD_SET(p[0], &r);
+            struct timeval tv = {0, 0};
+            fails[1] += select(p[0] + 1, &r, nullptr, nullptr, &tv) != 0;
+            FD_ZERO(&r);
+            FD_SET(p[0], &r);
+            struct timespec ts = {0, 0};
+            fails[2] += pselect(p[0] + 1, &r, nullptr, nullptr, &ts, nullptr) != 0;
+        }
+    });
+    done.store(true);
+    killer.join();
+    ASSERT_EQ(sigaction(SIGUSR1, &old, nullptr), 0);
+    close(p[0]);
+    close(p[1]);
+    printf("zero-timeout checks: %ld rounds, %ld signals handled\n", rounds, g_usr1.load());
+    EXPECT_GT(g_usr1.load(), 100) << "the signals did not reach the worker";
+    EXPECT_EQ(fails[0], 0) << "poll";
+    EXPECT_EQ(fails[1], 0) << "select";
+    EXPECT_EQ(fails[2], 0) << "pselect";
 }
 
 }  // namespace
