@@ -40,6 +40,25 @@
 #define FERN_ASAN 1
 #endif
 #endif
+#include <sys/mman.h>
+#ifdef FERN_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
+/* munmap of memory that ran frames: a green thread's stack, a signal stack,
+ * a scratch stack. A frame left by a switch (a thread's last, a handler's
+ * that switched away) keeps its redzones poisoned under AddressSanitizer,
+ * and that shadow outlives munmap: whatever is mapped there next (the next
+ * fern_init maps its executable's file) would read as an overflowed stack.
+ * So the shadow is cleared first. */
+static inline int unmap_frames(void *p, size_t len)
+{
+#ifdef FERN_ASAN
+    ASAN_UNPOISON_MEMORY_REGION(p, len);
+#endif
+    return munmap(p, len);
+}
+
 #if defined(__SANITIZE_THREAD__)
 #define FERN_TSAN 1
 #elif defined(__has_feature)

@@ -18,9 +18,6 @@
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
-#ifdef FERN_ASAN
-#include <sanitizer/asan_interface.h>
-#endif
 
 #define ALTSTACK_SIZE ((size_t)64 * 1024)
 
@@ -159,12 +156,7 @@ void altstack_free(struct worker *w)
         return;
     stack_t ss = {.ss_sp = NULL, .ss_size = 0, .ss_flags = SS_DISABLE};
     sigaltstack(&ss, NULL);
-#ifdef FERN_ASAN
-    /* A handler that switched away left its frames poisoned (slab.c's
-     * stack_fini says why that matters after munmap). */
-    ASAN_UNPOISON_MEMORY_REGION(w->altstack, ALTSTACK_SIZE);
-#endif
-    munmap(w->altstack, ALTSTACK_SIZE);
+    unmap_frames(w->altstack, ALTSTACK_SIZE);
     w->altstack = NULL;
 }
 

@@ -74,9 +74,6 @@
 #include <unistd.h>
 #ifdef FERN_VALGRIND
 #include <valgrind/valgrind.h>
-#ifdef FERN_ASAN
-#include <sanitizer/asan_interface.h>
-#endif
 
 /* The file calls here are raw system calls: fern-hook interposes open,
  * close, pwrite and write for green threads (docs/hooks.md), and a green
@@ -387,12 +384,7 @@ void hib_worker_start(void)
 void hib_worker_stop(void)
 {
     if (fern_hib_scratch_) {
-#ifdef FERN_ASAN
-        /* hib_resume leaves it with a switch: its frames stay poisoned, and
-         * the shadow would outlive munmap (slab.c's stack_fini). */
-        ASAN_UNPOISON_MEMORY_REGION(fern_hib_scratch_ - HIB_SCRATCH, HIB_SCRATCH);
-#endif
-        munmap(fern_hib_scratch_ - HIB_SCRATCH, HIB_SCRATCH);
+        unmap_frames(fern_hib_scratch_ - HIB_SCRATCH, HIB_SCRATCH); /* hib_resume ran there */
         fern_hib_scratch_ = NULL;
     }
 }

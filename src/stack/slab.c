@@ -46,9 +46,6 @@
 #include <unistd.h>
 #ifdef FERN_VALGRIND
 #include <valgrind/valgrind.h>
-#ifdef FERN_ASAN
-#include <sanitizer/asan_interface.h>
-#endif
 #endif
 
 struct stacks S;
@@ -200,13 +197,7 @@ void stack_fini(void)
     struct slab *s = S.slabs;
     while (s) {
         struct slab *n = s->next;
-#ifdef FERN_ASAN
-        /* A thread's last switch leaves its frames' redzones poisoned, and
-         * the shadow outlives munmap: a later mapping at these addresses
-         * (a file mapped by the next fern_init) would read as a stack. */
-        ASAN_UNPOISON_MEMORY_REGION(s->base, s->bytes);
-#endif
-        munmap(s->base, s->bytes);
+        unmap_frames(s->base, s->bytes);
         free(s->owner);
         free(s);
         s = n;
